@@ -1,0 +1,3 @@
+from theory.cli import main
+
+raise SystemExit(main())

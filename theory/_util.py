@@ -1,0 +1,158 @@
+"""Small shared helpers: RNG handling, input validation, atomic file writes, range parsing."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+
+def as_rng(rng=None) -> np.random.Generator:
+    """Return a ``numpy.random.Generator`` from a Generator, an int seed or a SeedSequence.
+
+    ``None`` is rejected on purpose: every random draw in this package flows from an explicit
+    seed.  Pass ``rng=0`` (or any integer) for a reproducible stream.
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None:
+        raise ValueError("a random seed is required: pass rng=<int> or a numpy Generator")
+    if isinstance(rng, (int, np.integer, np.random.SeedSequence)):
+        return np.random.default_rng(rng)
+    raise ValueError(f"rng must be an int seed or a numpy Generator, got {type(rng).__name__}")
+
+
+def seed_int(rng) -> int:
+    """Draw a 63-bit integer seed (for numba kernels) from ``rng``."""
+    return int(as_rng(rng).integers(0, 2**63 - 1))
+
+
+def check_positive(name: str, value: float, *, strict: bool = True) -> float:
+    value = float(value)
+    if not np.isfinite(value) or (value <= 0 if strict else value < 0):
+        bound = "> 0" if strict else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
+    return value
+
+
+def check_unit_interval(name: str, value: float) -> float:
+    value = float(value)
+    if not (0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+    return value
+
+
+def check_row_stochastic(name: str, A, *, symmetric: bool = False) -> np.ndarray:
+    A = np.asarray(A, dtype=float)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"{name} must be a square matrix, got shape {A.shape}")
+    if np.any(A < 0) or not np.allclose(A.sum(axis=1), 1.0, atol=1e-10):
+        raise ValueError(
+            f"{name} must be row-stochastic (non-negative entries, rows summing to 1); "
+            f"row sums are {A.sum(axis=1).tolist()}"
+        )
+    if symmetric and not np.allclose(A, A.T, atol=1e-12):
+        raise ValueError(f"{name} must be symmetric, got {A.tolist()}")
+    return A
+
+
+def parse_range(text: str, *, integer: bool = False) -> np.ndarray:
+    """Parse ``START:STOP:N`` (inclusive linspace), ``START:STOP`` (integers) or ``a,b,c``."""
+    try:
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) == 3:
+                start, stop, n = float(parts[0]), float(parts[1]), int(parts[2])
+                if n < 1:
+                    raise ValueError
+                out = np.linspace(start, stop, n)
+            elif len(parts) == 2:
+                out = np.arange(int(parts[0]), int(parts[1]) + 1)
+            else:
+                raise ValueError
+        else:
+            out = np.array([float(x) for x in text.split(",") if x.strip()])
+            if out.size == 0:
+                raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"cannot read the range {text!r}: write START:STOP:N (N points, both ends "
+            "included), START:STOP for integers, or a comma-separated list"
+        ) from None
+    return out.astype(int) if integer else out
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temporary file in the same folder + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_savefig(fig, path: str | os.PathLike, **kwargs) -> Path:
+    """``fig.savefig`` through a temporary file so an interrupted write leaves no broken figure."""
+    import io
+
+    path = Path(path)
+    buf = io.BytesIO()
+    fmt = kwargs.pop("format", path.suffix.lstrip(".") or "png")
+    fig.savefig(buf, format=fmt, **kwargs)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def to_jsonable(obj):
+    """Recursively convert numpy scalars/arrays (and non-finite floats) to JSON-friendly values."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        return x if np.isfinite(x) else None
+    return obj
+
+
+def dumps_json(obj) -> str:
+    return json.dumps(to_jsonable(obj), allow_nan=False)
+
+
+def flatten(items: Iterable) -> list:
+    return [x for sub in items for x in sub]

@@ -1,0 +1,55 @@
+"""The ``theory`` command.
+
+Each area of the package registers its own subcommand from a module of this package
+(``theory/cli/<name>.py`` with a ``register(subparsers)`` function).  Handlers receive the parsed
+arguments and return an exit status (or ``None`` for 0).  Invalid input anywhere raises
+``ValueError``; it is printed as one line on stderr and the command exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from theory import __version__
+
+# order = order in `theory --help`
+COMMANDS = ("sie", "erm", "sgd", "histogram", "reproduce", "sweep")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="theory",
+        description="Theory of learning in attention models: Hermite/SIE analysis, replica ERM "
+        "phase transitions, SGD dynamics, and the matching finite-d simulations.",
+    )
+    parser.add_argument("--version", action="version", version=f"theory {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"theory.cli.{name}")
+        except ModuleNotFoundError as exc:  # a command whose module is not written yet
+            if exc.name == f"theory.cli.{name}":
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 0 if args.command is None else 2
+    try:
+        status = args.func(args)
+    except ValueError as exc:
+        print(f"theory {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"theory {args.command}: interrupted (finished pieces are kept on disk)",
+              file=sys.stderr)
+        return 130
+    return 0 if status is None else int(status)
