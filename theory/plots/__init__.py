@@ -1,0 +1,90 @@
+"""Figures: theory lines over simulation points.
+
+Shared pieces live here; each area has its own module (``theory.plots.erm``,
+``theory.plots.sgd``, ``theory.plots.histogram``).  The one-call overlay for users:
+
+>>> from theory.plots import overlay
+>>> overlay(ax, theory_rows, sim_rows, x="alpha", y="eps_g")   # doctest: +SKIP
+
+``theory_rows`` / ``sim_rows`` are result objects (anything with ``row()``/``to_dict()``) or
+dicts with the same field names; simulation rows may carry ``<y>_err`` (error bar) or several
+seeds per x (mean and standard error are then computed).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+THEORY_STYLE = dict(lw=1.8)
+SIM_STYLE = dict(fmt="o", ms=4, capsize=2.5, lw=1.0)
+
+
+def use_agg():
+    """Select a non-interactive backend when no display is available (idempotent)."""
+    import os
+
+    import matplotlib
+
+    if not os.environ.get("DISPLAY") and matplotlib.get_backend().lower() not in ("agg", "pdf"):
+        try:
+            matplotlib.use("Agg")
+        except Exception:  # pragma: no cover - backend already fixed by the user
+            pass
+
+
+def _as_rows(items) -> list[dict]:
+    rows = []
+    for it in items:
+        if isinstance(it, dict):
+            rows.append(it)
+        elif hasattr(it, "row"):
+            rows.append(it.row())
+        elif hasattr(it, "to_dict"):
+            rows.append(it.to_dict())
+        else:
+            raise ValueError(f"cannot read a table row from {type(it).__name__}")
+    return rows
+
+
+def mean_and_sem(rows: list[dict], x: str, y: str):
+    """Group ``rows`` by ``x``; return xs, means, standard errors (or the given ``<y>_err``)."""
+    groups = defaultdict(list)
+    errs = defaultdict(list)
+    for r in rows:
+        if r.get(y) is None:
+            continue
+        groups[float(r[x])].append(float(r[y]))
+        if r.get(f"{y}_err") is not None:
+            errs[float(r[x])].append(float(r[f"{y}_err"]))
+    xs = np.array(sorted(groups))
+    means = np.array([np.mean(groups[k]) for k in xs])
+    sem = []
+    for k in xs:
+        v = groups[k]
+        if k in errs and len(v) == 1:
+            sem.append(errs[k][0])
+        else:
+            sem.append(np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0)
+    return xs, means, np.array(sem)
+
+
+def overlay(ax, theory=(), simulation=(), *, x: str, y: str, label: str | None = None,
+            color=None, theory_label="theory", sim_label="simulation"):
+    """Draw theory as a line and simulation as points with error bars on ``ax``."""
+    label = f"{label}: " if label else ""
+    line = None
+    th = _as_rows(theory)
+    if th:
+        th = sorted((r for r in th if r.get(y) is not None), key=lambda r: r[x])
+        (line,) = ax.plot([r[x] for r in th], [r[y] for r in th], color=color,
+                          label=f"{label}{theory_label}", **THEORY_STYLE)
+        color = line.get_color()
+    sim = _as_rows(simulation)
+    if sim:
+        xs, mu, se = mean_and_sem(sim, x, y)
+        ax.errorbar(xs, mu, yerr=se, color=color, label=f"{label}{sim_label}", **SIM_STYLE)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    return ax
