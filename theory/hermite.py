@@ -1,0 +1,1166 @@
+"""Hermite expansions of a target g(z_1, ..., z_L), its sequence information exponent (SIE) and
+the predicted tied/untied gain (spec sequence-single-index.md, sections 4-5).
+
+Normalisation (stated once for the module)
+------------------------------------------
+z ~ N(0, I_L).  He_k are the probabilists' Hermite polynomials (He_2(x) = x^2 - 1,
+E[He_j He_k] = delta_jk k!).  For a multi-index alpha = (alpha_1..alpha_L), |alpha| = sum alpha_l,
+He_alpha(z) = prod_l He_{alpha_l}(z_l), alpha! = prod_l alpha_l!.  A square-integrable g has
+
+    g(z) = sum_alpha a_alpha He_alpha(z),      a_alpha = E[g He_alpha] / alpha!.
+
+The k-th Hermite tensor is the symmetric tensor C_k of shape (L,)*k with
+
+    C_k[i_1..i_k] = E[g He_alpha] / k! = a_alpha alpha! / k!,
+    alpha = multiplicities of the indices (i_1..i_k),
+
+i.e. C_k = E[g H_k(z)] / k! with H_k the multivariate Hermite tensor (H_k[i] = He_alpha(z)).  Then
+
+    g(z) = sum_k <C_k, H_k(z)>,      E[f g] = sum_k k! <C_k(f), C_k(g)>   (Parseval, with k!),
+
+and for a unit vector u, E[g He_k(u.z)] = k! <C_k, u^{(x)k}>.  Examples: C_2(sum_l He_2(z_l)) = I_L;
+C_2(z_1 z_2) = [[0, 1/2], [1/2, 0]].
+
+Quantities of :func:`analyze` (spec section 5)
+----------------------------------------------
+* ``sie``: the lowest k >= 1 with C_k != 0 (None for a constant target).  For L = 1 it is the
+  classic information exponent (``information_exponent``).
+* ``tied_contraction`` = C_SIE x (1,...,1) = sum of all entries of C_SIE = sum_{|alpha|=SIE}
+  a_alpha * SIE!/alpha! * alpha!/SIE! ... = sum over index tuples; no 1/sqrt(L) factors.  It is
+  the drift coefficient alpha_tied of the tied dynamics m' ~ alpha_tied m^(SIE-1) in the spec's
+  convention (the true drift carries an extra L^(-SIE/2) common to tied and untied networks, see
+  spec section 8, which cancels in the gain).
+* ``op_norm`` = ||C_SIE||_op = max_{|u|=1} |<C_SIE, u^{(x)SIE}>| (Euclidean norm for SIE = 1,
+  largest |eigenvalue| for SIE = 2 -- both exact; for SIE >= 3 best of restarted shifted power
+  iterations, an ESTIMATE (a lower bound), certified exact (``op_norm_exact``) only when it matches
+  the upper bound given by the largest singular value of the L x L^(SIE-1) unfolding, or when
+  C_SIE is diagonal or L = 1).
+* gains: ratio nu_untied / nu_tied of predicted weak-recovery step counts (untied network: rows
+  on their own spheres, overlap m_untied = ||W w*/d|| / sqrt(L), threshold eta sqrt(L)):
+      gain_optimal = (tied_contraction / op_norm)^2 * (L if SIE == 1 else 1)   (each at its best
+                     admissible step size),
+      gain_equal   = |tied_contraction / op_norm| * (sqrt(L) if SIE == 1 else 1)   (same gamma).
+  gain > 1 means the tied network recovers faster.  Examples: sum_l He_2(z_l): C_2 = I,
+  contraction L, op norm 1 -> gain_optimal = L^2, gain_equal = L.  sum_l z_l: contraction L,
+  op norm sqrt(L) -> L^2 and L.  z_1 - z_2: contraction 0 -> gain 0, tied network stuck.
+  Equality (not just scaling) holds when C_SIE is orthogonally decomposable (SIE <= 2, separable
+  g); otherwise the numbers are the spec's order-of-magnitude prediction.
+  For even SIE the drift is c_SIE(sigma) * tied_contraction: a student activation whose SIE-th
+  Hermite coefficient has the opposite sign cannot escape either; ``tied_learnable`` only
+  reports whether the contraction is non-zero.
+* ``even_sie``: SIE of the even part (g(z) + g(-z))/2 = lowest EVEN order with C_k != 0 -- what
+  attention without positional encoding sees (f_w is even in w).
+
+Exactness: polynomials (and piecewise polynomials such as relu, |z|, sign, Heaviside of one
+variable or of one linear form) give exact sympy coefficients (``exact = True``, ``tolerance =
+0``).  Other one-variable factors use adaptive quadrature (scipy ``quad_vec``, split at the
+kinks); other multi-variable blocks use tensor Gauss-Hermite with the number of nodes raised until
+the coefficients change by less than ``tol``; the report then says ``exact = False`` and gives the
+achieved ``tolerance`` (absolute, on the a_alpha).  A numerical coefficient counts as zero when
+its magnitude is below ``zero_tol = max(100 * tolerance, 1e-12 * scale)`` (``scale`` = largest
+coefficient magnitude).
+
+Target strings
+--------------
+Variables z1..zL (1-based).  ``^`` means power.  Functions: ``He<k>(x)`` or ``He(k, x)``
+(probabilists' Hermite), exp, log, sqrt, sin, cos, tanh, erf, Abs/abs, sign, relu (= Max(x, 0)),
+Max/max, Min/min, Heaviside (H(0) = 1/2), sigmoid, and softmax entries
+``softmax(i, a_1, ..., a_n)`` = exp(a_i) / sum_j exp(a_j) (i is 1-based), e.g. the (1, 1) entry of
+softmax_row(z z^T) for L = 2 is ``softmax(1, z1*z1, z1*z2)``.  Constants pi and E.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import sympy as sp
+from sympy.core.function import AppliedUndef
+
+from theory.results import Result
+
+__all__ = [
+    "Target",
+    "SIEReport",
+    "parse_target",
+    "hermite_coefficients",
+    "hermite_tensors",
+    "sie",
+    "analyze",
+    "op_norm",
+    "tensor_from_coefficients",
+]
+
+DEFAULT_TOL = 1e-9
+MAX_TENSOR_ENTRIES = 2_000_000
+_VAR_RE = re.compile(r"^z(\d+)$")
+
+
+# =========================================================================== parsing
+
+
+def _relu(x):
+    return sp.Max(x, 0)
+
+
+def _softmax(i, *args):
+    if not args:
+        raise ValueError("softmax(i, a1, ..., an) needs at least one argument after the index i")
+    i = sp.sympify(i)
+    if not (i.is_Integer and 1 <= int(i) <= len(args)):
+        raise ValueError(
+            f"softmax(i, a1, ..., an): the first argument is the 1-based index of the entry, an "
+            f"integer between 1 and {len(args)}; got {i}"
+        )
+    ai = args[int(i) - 1]
+    # 1 / sum_j exp(a_j - a_i): the same value, but overflow-safe when evaluated in floats
+    return 1 / sp.Add(*[sp.exp(a - ai) for a in args])
+
+
+def _he(k, x):
+    k = sp.sympify(k)
+    if not (k.is_Integer and int(k) >= 0):
+        raise ValueError(f"He(k, x) needs a non-negative integer order k, got {k}")
+    return sp.hermite_prob(int(k), x)
+
+
+def _sigmoid(x):
+    return 1 / (1 + sp.exp(-x))
+
+
+_FUNCS: dict[str, Any] = {
+    "exp": sp.exp,
+    "log": sp.log,
+    "sqrt": sp.sqrt,
+    "sin": sp.sin,
+    "cos": sp.cos,
+    "tanh": sp.tanh,
+    "erf": sp.erf,
+    "Abs": sp.Abs,
+    "abs": sp.Abs,
+    "sign": sp.sign,
+    "relu": _relu,
+    "ReLU": _relu,
+    "Max": sp.Max,
+    "max": sp.Max,
+    "Min": sp.Min,
+    "min": sp.Min,
+    "Heaviside": sp.Heaviside,
+    "heaviside": sp.Heaviside,
+    "sigmoid": _sigmoid,
+    "softmax": _softmax,
+    "He": _he,
+    "pi": sp.pi,
+    "E": sp.E,
+}
+
+# sympy function classes a target may contain after parsing
+_ALLOWED_FUNCS = (
+    sp.exp, sp.log, sp.sin, sp.cos, sp.tanh, sp.erf, sp.Abs, sp.sign, sp.Max, sp.Min,
+    sp.Heaviside, sp.Piecewise, sp.erfc, sp.sinh, sp.cosh, sp.atan,
+)
+
+
+def _check_expr(expr: sp.Expr, L: int | None, source: str) -> tuple[sp.Expr, int]:
+    if not isinstance(expr, sp.Expr):
+        raise ValueError(f"the target {source!r} is not a scalar expression")
+    undef = sorted({type(f).__name__ for f in expr.atoms(AppliedUndef)})
+    if undef:
+        raise ValueError(
+            f"unknown function {undef[0]!r} in the target {source!r}; allowed: He<k>, exp, log, "
+            "sqrt, sin, cos, tanh, erf, Abs, sign, relu, Max, Min, Heaviside, sigmoid, softmax"
+        )
+    for f in expr.atoms(sp.Function):
+        if not isinstance(f, _ALLOWED_FUNCS):
+            raise ValueError(f"the function {type(f).__name__} is not supported in a target")
+    if expr.has(sp.I) or expr.has(sp.zoo) or expr.has(sp.nan) or expr.has(sp.oo):
+        raise ValueError(f"the target {source!r} is complex or infinite; give a real expression")
+    idx = []
+    for s in expr.free_symbols:
+        m = _VAR_RE.match(s.name)
+        if not m or int(m.group(1)) < 1:
+            raise ValueError(
+                f"unknown variable {s.name!r} in the target {source!r}; variables are z1..zL "
+                "(1-based)"
+            )
+        idx.append(int(m.group(1)))
+    top = max(idx, default=0)
+    if L is None:
+        L = max(top, 1)
+    else:
+        L = int(L)
+        if L < 1:
+            raise ValueError(f"L must be >= 1, got {L}")
+        if top > L:
+            raise ValueError(
+                f"the target uses z{top} but L = {L}: variables must lie in z1..z{L}; raise L "
+                "or remove the variable"
+            )
+    return expr, L
+
+
+def _parse_string(text: str) -> sp.Expr:
+    from sympy.parsing.sympy_parser import (
+        auto_number,
+        auto_symbol,
+        convert_xor,
+        factorial_notation,
+        parse_expr,
+    )
+
+    text = text.strip()
+    if not text:
+        raise ValueError("the target expression is empty")
+    if len(text) > 5000:
+        raise ValueError("the target expression is too long (> 5000 characters)")
+    if re.search(r"__|\blambda\b|\bimport\b|[;\[\]{}\\\"'`@]", text):
+        raise ValueError(f"cannot parse the target {text!r}: it contains forbidden characters")
+    local: dict[str, Any] = dict(_FUNCS)
+    for name in set(re.findall(r"\b(z\d+)\b", text)):
+        local[name] = sp.Symbol(name, real=True)
+    for name in set(re.findall(r"\bHe(\d+)\b", text)):
+        k = int(name)
+        local[f"He{k}"] = lambda x, k=k: sp.hermite_prob(k, x)
+    glob = {
+        "__builtins__": {},
+        "Integer": sp.Integer,
+        "Float": sp.Float,
+        "Rational": sp.Rational,
+        "Symbol": sp.Symbol,
+        "Function": sp.Function,
+        "factorial": sp.factorial,
+    }
+    try:
+        expr = parse_expr(
+            text,
+            local_dict=local,
+            global_dict=glob,
+            transformations=(auto_symbol, auto_number, factorial_notation, convert_xor),
+        )
+    except ValueError as exc:
+        raise ValueError(f"cannot parse the target {text!r}: {exc}") from None
+    except Exception as exc:  # SyntaxError, TokenError, TypeError from bad arity, ...
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"cannot parse the target {text!r}: {msg}") from None
+    if not isinstance(expr, sp.Basic):
+        expr = sp.sympify(expr)
+    return expr
+
+
+def _realify(expr: sp.Expr) -> sp.Expr:
+    """Replace every z<k> symbol by the real symbol of the same name."""
+    rep = {s: sp.Symbol(s.name, real=True) for s in expr.free_symbols if not s.is_real}
+    return expr.xreplace(rep) if rep else expr
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed target g(z_1..z_L).
+
+    ``func(z)``: vectorised numpy, z of shape (N, L) -> (N,).  ``njit_func``: numba scalar
+    function of a float64 vector z of shape (L,) (compiled on first access; ValueError if the
+    expression cannot be compiled).
+    """
+
+    expr: sp.Expr
+    L: int
+    source: str = ""
+
+    @property
+    def symbols(self) -> tuple[sp.Symbol, ...]:
+        return tuple(sp.Symbol(f"z{i + 1}", real=True) for i in range(self.L))
+
+    @property
+    def is_polynomial(self) -> bool:
+        return bool(self.expr.is_polynomial(*self.symbols))
+
+    @property
+    def is_constant(self) -> bool:
+        return not self.expr.free_symbols
+
+    def __str__(self) -> str:
+        return str(self.expr)
+
+    @cached_property
+    def _numpy_func(self):
+        expr = self.expr.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2)))
+        return sp.lambdify(self.symbols, expr, modules=["scipy", "numpy"])
+
+    def func(self, z) -> np.ndarray:
+        z = np.asarray(z, dtype=float)
+        if z.ndim == 1 and self.L == 1:
+            z = z[:, None]
+        if z.ndim != 2 or z.shape[1] != self.L:
+            raise ValueError(f"func expects an array of shape (N, {self.L}), got {z.shape}")
+        with np.errstate(all="ignore"):
+            out = self._numpy_func(*[z[:, i] for i in range(self.L)])
+        return np.broadcast_to(np.asarray(out, dtype=float), (z.shape[0],)).copy()
+
+    @cached_property
+    def njit_func(self):
+        return _compile_njit(self.expr, self.L)
+
+
+def parse_target(expr, L: int | None = None) -> Target:
+    """Parse a target (string or sympy expression in z1..zL) into a :class:`Target`.
+
+    ``L`` is inferred from the highest variable index when not given; a variable beyond ``L``
+    raises ValueError.  He<k>(x) is expanded into its polynomial.
+    """
+    if isinstance(expr, Target):
+        if L is None or int(L) == expr.L:
+            return expr
+        return parse_target(expr.expr, L)
+    if isinstance(expr, str):
+        source = expr
+        parsed = _parse_string(expr)
+    else:
+        try:
+            parsed = sp.sympify(expr)
+        except (sp.SympifyError, TypeError) as exc:
+            raise ValueError(f"cannot read the target {expr!r}: {exc}") from None
+        source = str(parsed)
+        parsed = _realify(parsed)
+    parsed, L = _check_expr(parsed, L, source)
+    return Target(expr=parsed, L=L, source=source)
+
+
+# =========================================================================== numba scalar func
+
+
+def _compile_njit(expr: sp.Expr, L: int):
+    import numba
+    from sympy.printing.pycode import PythonCodePrinter
+
+    e = expr.replace(sp.sign, lambda a: 2 * sp.Heaviside(a, sp.Rational(1, 2)) - 1)
+    e = e.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2)))
+    e = e.rewrite(sp.Piecewise) if e.has(sp.Heaviside) else e
+    rep = {sp.Symbol(f"z{i + 1}", real=True): sp.Symbol(f"_z[{i}]") for i in range(L)}
+    e = e.xreplace(rep)
+
+    class _Printer(PythonCodePrinter):
+        def _print_Float(self, x):  # plain float literal
+            return repr(float(x))
+
+        def _print_Rational(self, x):
+            return repr(float(x))
+
+        def _print_Integer(self, x):
+            return f"{int(x)}.0" if abs(int(x)) < 2**53 else repr(float(x))
+
+    try:
+        body = _Printer({"standard": "python3"}).doprint(e)
+    except Exception as exc:
+        raise ValueError(f"cannot compile the target {expr} for numba: {exc}") from None
+    if "not supported" in body.lower():
+        raise ValueError(f"cannot compile the target {expr} for numba: {body.splitlines()[0]}")
+    src = f"def _g(_z):\n    return float({body})\n"
+    ns: dict[str, Any] = {"math": math}
+    try:
+        exec(compile(src, "<theory.hermite target>", "exec"), ns)  # noqa: S102
+        fn = numba.njit(ns["_g"])
+        fn(np.zeros(L))
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"cannot compile the target {expr} for numba: {msg}") from None
+    return fn
+
+
+# =========================================================================== coefficient maths
+
+
+def _univariate_he_in_monomials(n: int) -> list[sp.Rational]:
+    """x^n = sum_j c_j He_j(x); returns [c_0..c_n] (c_{n-2m} = n!/(m! (n-2m)! 2^m))."""
+    c = [sp.Integer(0)] * (n + 1)
+    for m in range(n // 2 + 1):
+        c[n - 2 * m] = sp.Rational(math.factorial(n), math.factorial(m) * math.factorial(n - 2 * m)
+                                   * 2**m)
+    return c
+
+
+def _poly_coefficients(expr: sp.Expr, syms) -> dict[tuple, sp.Expr]:
+    """Exact a_alpha of a polynomial in ``syms`` (coefficients may be any sympy constants)."""
+    poly = sp.Poly(sp.expand(expr), *syms)
+    out: dict[tuple, sp.Expr] = {}
+    cache: dict[int, list] = {}
+    for monom, coef in poly.terms():
+        per_var = []
+        for n in monom:
+            if n not in cache:
+                cache[n] = _univariate_he_in_monomials(n)
+            per_var.append([(j, c) for j, c in enumerate(cache[n]) if c != 0])
+        for combo in itertools.product(*per_var):
+            alpha = tuple(j for j, _ in combo)
+            val = coef
+            for _, c in combo:
+                val = val * c
+            out[alpha] = out.get(alpha, 0) + val
+    return {a: sp.nsimplify(v) if v.is_Float else sp.simplify(v) if not v.is_Rational else v
+            for a, v in out.items() if v != 0}
+
+
+def _std_pdf(x):
+    if x in (sp.oo, -sp.oo):
+        return sp.Integer(0)
+    return sp.exp(-(x**2) / 2) / sp.sqrt(2 * sp.pi)
+
+
+def _std_cdf(x):
+    if x == sp.oo:
+        return sp.Integer(1)
+    if x == -sp.oo:
+        return sp.Integer(0)
+    return (1 + sp.erf(x / sp.sqrt(2))) / 2
+
+
+def _gauss_moments(a, b, nmax: int) -> list:
+    """M_n = int_a^b x^n phi(x) dx for n = 0..nmax (exact, a/b may be +-oo)."""
+    pa, pb = _std_pdf(a), _std_pdf(b)
+    M = [_std_cdf(b) - _std_cdf(a)]
+    if nmax >= 1:
+        M.append(pa - pb)
+    for n in range(2, nmax + 1):
+        ta = 0 if a in (sp.oo, -sp.oo) else a ** (n - 1) * pa
+        tb = 0 if b in (sp.oo, -sp.oo) else b ** (n - 1) * pb
+        M.append((n - 1) * M[n - 2] + ta - tb)
+    return M
+
+
+def _prep_piecewise(h: sp.Expr) -> sp.Expr:
+    h = h.replace(sp.sign, lambda a: 2 * sp.Heaviside(a) - 1)
+    h = h.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2)))
+    return sp.piecewise_fold(h.rewrite(sp.Piecewise))
+
+
+def _pieces(h: sp.Expr, x: sp.Symbol):
+    """Split a univariate piecewise polynomial into [(poly, a, b)], or None if not one."""
+    if not h.has(sp.Piecewise, sp.Abs, sp.Max, sp.Min, sp.Heaviside, sp.sign):
+        return None
+    try:
+        pw = _prep_piecewise(h)
+    except Exception:
+        return None
+    if not isinstance(pw, sp.Piecewise):
+        return [(pw, -sp.oo, sp.oo)] if pw.is_polynomial(x) else None
+    remaining = sp.Interval(-sp.oo, sp.oo)
+    out = []
+    for e, c in pw.args:
+        try:
+            s = c.as_set() if c is not sp.true else sp.S.Reals
+        except Exception:
+            return None
+        s = sp.Intersection(s, remaining)
+        remaining = sp.Complement(remaining, s)
+        parts = s.args if isinstance(s, sp.Union) else (s,)
+        for p in parts:
+            if isinstance(p, sp.FiniteSet) or p is sp.S.EmptySet:
+                continue
+            if not isinstance(p, sp.Interval):
+                return None
+            if not sp.sympify(e).is_polynomial(x):
+                return None
+            out.append((sp.expand(e), p.start, p.end))
+    return out
+
+
+def _univariate_exact(h: sp.Expr, x: sp.Symbol, K: int):
+    """Exact b_j = E[h He_j]/j!, j = 0..K, for a (piecewise) polynomial h; else None."""
+    if h.is_polynomial(x):
+        d = _poly_coefficients(h, [x])
+        return [d.get((j,), sp.Integer(0)) for j in range(K + 1)]
+    pieces = _pieces(h, x)
+    if pieces is None:
+        return None
+    deg = max((sp.Poly(p, x).degree() for p, _, _ in pieces), default=0)
+    bs = []
+    moments = [(sp.Poly(p, x), _gauss_moments(a, b, deg + K)) for p, a, b in pieces]
+    for j in range(K + 1):
+        hej = sp.Poly(sp.hermite_prob(j, x), x)
+        tot = sp.Integer(0)
+        for P, M in moments:
+            prod = P * hej
+            for (n,), c in prod.terms():
+                tot += c * M[n]
+        bs.append(sp.simplify(tot / math.factorial(j)))
+    return bs
+
+
+def _kinks(h: sp.Expr, x: sp.Symbol) -> list[float]:
+    pts = {0.0}
+    args = []
+    for f in h.atoms(sp.Abs, sp.sign, sp.Heaviside):
+        args.append(f.args[0])
+    for f in h.atoms(sp.Max, sp.Min):
+        for u, v in itertools.combinations(f.args, 2):
+            args.append(u - v)
+    for f in h.atoms(sp.Piecewise):
+        for _, c in f.args:
+            if isinstance(c, sp.core.relational.Relational):
+                args.append(c.lhs - c.rhs)
+    for a in args:
+        try:
+            sol = sp.solveset(sp.Eq(a, 0), x, domain=sp.S.Reals)
+            if isinstance(sol, sp.FiniteSet):
+                for s in sol:
+                    v = float(s)
+                    if abs(v) < 30:
+                        pts.add(v)
+        except Exception:
+            pass
+    return sorted(pts)
+
+
+_QUAD_B = 40.0  # phi(40) ~ 1e-348: the Gaussian weight underflows beyond
+
+
+def _univariate_numeric(h: sp.Expr, x: sp.Symbol, K: int, tol: float):
+    """b_j = E[h He_j]/j!, j = 0..K by adaptive quadrature; returns (values, abs error)."""
+    from scipy.integrate import quad_vec
+
+    f = sp.lambdify(x, h.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2))),
+                    modules=["scipy", "numpy"])
+    jf = np.array([math.factorial(j) for j in range(K + 1)], dtype=float)
+
+    def integrand(t):
+        with np.errstate(all="ignore"):
+            val = float(np.asarray(f(t), dtype=float))
+        he = np.polynomial.hermite_e.hermevander(np.array([t]), K)[0]
+        w = math.exp(-0.5 * t * t) / math.sqrt(2 * math.pi)
+        return val * w * he / jf
+
+    pts = _kinks(h, x)
+    res = []
+    err = 0.0
+    for B in (_QUAD_B, _QUAD_B / 2):
+        edges = [-B] + [p for p in pts if -B < p < B] + [B]
+        tot = np.zeros(K + 1)
+        e_tot = 0.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for lo, hi in itertools.pairwise(edges):
+                r, e = quad_vec(integrand, lo, hi, epsabs=tol / 10, epsrel=1e-13, limit=400)
+                tot += r
+                e_tot += float(e)
+        res.append(tot)
+        err = max(err, e_tot)
+    full, half = res
+    if not np.all(np.isfinite(full)) or not np.all(np.isfinite(half)):
+        raise ValueError(
+            f"the Gaussian expectation of {h} is not finite (the integrand is inf or nan "
+            "somewhere: overflow, or log/sqrt of a negative number); the target must be real "
+            "and square-integrable against N(0, 1)"
+        )
+    diff = float(np.max(np.abs(full - half)))
+    scale = max(1.0, float(np.max(np.abs(full))))
+    if diff > 1e-6 * scale:
+        raise ValueError(
+            f"the Gaussian expectation of {h} does not converge (the tails of the integrand do "
+            "not decay); the target must be square-integrable against N(0, 1)"
+        )
+    if err > 1e-4 * scale:
+        raise ValueError(
+            f"the Gaussian expectation of {h} could not be computed (adaptive quadrature "
+            f"error {err:.1e}): the target looks singular or not square-integrable"
+        )
+    return full, max(err, diff)
+
+
+# GH node sequences for an s-dimensional non-separable block
+_GH_SEQ = {
+    1: (40, 80, 160, 320, 640),
+    2: (24, 48, 96, 160, 256),
+    3: (12, 20, 32, 48, 64),
+    4: (8, 12, 16, 24, 32),
+    5: (6, 9, 12, 15),
+    6: (5, 7, 9, 11),
+}
+
+
+def _multiindices(s: int, K: int):
+    for tot in range(K + 1):
+        for c in itertools.combinations_with_replacement(range(s), tot):
+            a = [0] * s
+            for i in c:
+                a[i] += 1
+            yield tuple(a)
+
+
+def _block_gh(h: sp.Expr, syms: list, K: int, tol: float):
+    """a_alpha of h(z_S) for |alpha| <= K by tensor Gauss-Hermite with node refinement.
+
+    Returns (dict alpha -> float, achieved tolerance, converged flag, nodes used).
+    """
+    from theory.gauss import gh_rule
+
+    s = len(syms)
+    if s not in _GH_SEQ:
+        raise ValueError(
+            f"the non-separable part {h} couples {s} variables; numerical Hermite coefficients "
+            "are supported for blocks of at most 6 variables"
+        )
+    f = sp.lambdify(syms, h.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2))),
+                    modules=["scipy", "numpy"])
+    alphas = list(_multiindices(s, K))
+    afact = np.array([math.prod(math.factorial(q) for q in a) for a in alphas], dtype=float)
+    prev = None
+    diff = np.inf
+    used = None
+    for n in _GH_SEQ[s]:
+        x, w = gh_rule(n)
+        grids = np.meshgrid(*([x] * s), indexing="ij")
+        with np.errstate(all="ignore"):
+            F = np.broadcast_to(np.asarray(f(*grids), dtype=float), (n,) * s).copy()
+        if not np.all(np.isfinite(F)):
+            raise ValueError(
+                f"the target part {h} is not finite at some Gauss-Hermite nodes; the Gaussian "
+                "expectation is not defined (check logs, divisions, square roots)"
+            )
+        Wh = np.polynomial.hermite_e.hermevander(x, K) * w[:, None]  # (n, K+1)
+        T = F
+        for _ in range(s):  # contract axis 0 each time; the new axis goes last
+            T = np.tensordot(T, Wh, axes=(0, 0))
+        vals = np.array([T[a] for a in alphas]) / afact
+        used = n
+        if prev is not None:
+            diff = float(np.max(np.abs(vals - prev)))
+            scale = max(1.0, float(np.max(np.abs(vals))))
+            if diff <= tol * scale:
+                prev = vals
+                break
+        prev = vals
+    if diff > 1e-2 * max(1.0, float(np.max(np.abs(prev)))):
+        raise ValueError(
+            f"the Gauss-Hermite coefficients of {h} do not converge (change {diff:.1e} at "
+            f"{used} nodes per dimension): the target looks singular or not square-integrable"
+        )
+    converged = diff <= tol * max(1.0, float(np.max(np.abs(prev))))
+    return dict(zip(alphas, prev.tolist())), diff, converged, used
+
+
+def _ridge(h: sp.Expr, syms: list):
+    """If h(z_S) = r(a . z_S) for a linear form with >= 2 variables, return (a, r(t), t)."""
+    cands = []
+    for f in sp.preorder_traversal(h):
+        if not isinstance(f, (sp.Function, sp.Max, sp.Min)):
+            continue
+        for arg in f.args:
+            if arg.is_polynomial(*syms) and sp.Poly(arg, *syms).total_degree() == 1:
+                cands.append(arg)
+    for c in h.atoms(sp.Pow):
+        if c.base.is_polynomial(*syms) and sp.Poly(c.base, *syms).total_degree() == 1:
+            cands.append(c.base)
+    t = sp.Dummy("t", real=True)
+    for arg in cands:
+        P = sp.Poly(arg, *syms)
+        a = [P.coeff_monomial(s) for s in syms]
+        const = P.coeff_monomial(1)
+        if sum(1 for v in a if v != 0) < len(syms):
+            continue
+        i = 0
+        sol = (t - const - sum(a[j] * syms[j] for j in range(len(syms)) if j != i)) / a[i]
+        r = sp.simplify(h.subs(syms[i], sol))
+        if r.free_symbols <= {t}:
+            r = r.subs(t, t + const)  # r as a function of the homogeneous form a . z
+            return a, r, t
+    return None
+
+
+# --------------------------------------------------------------------------- coefficient store
+
+
+@dataclass
+class _Coeffs:
+    """a_alpha split into an exact (sympy) part and a numerical (float) part."""
+
+    L: int
+    exact: dict = field(default_factory=dict)
+    numeric: dict = field(default_factory=dict)
+    tolerance: float = 0.0
+    converged: bool = True
+    notes: list = field(default_factory=list)
+
+    def add_exact(self, alpha, v):
+        v = self.exact.get(alpha, 0) + v
+        self.exact[alpha] = v
+
+    def add_numeric(self, alpha, v):
+        self.numeric[alpha] = self.numeric.get(alpha, 0.0) + float(v)
+
+    @property
+    def is_exact(self) -> bool:
+        return not self.numeric
+
+    def value(self, alpha) -> float:
+        v = self.exact.get(alpha, 0)
+        return float(sp.N(v, 30)) + self.numeric.get(alpha, 0.0)
+
+    def support(self) -> set:
+        return set(self.exact) | set(self.numeric)
+
+    def scale(self) -> float:
+        vals = [abs(self.value(a)) for a in self.support()]
+        return max(vals, default=0.0)
+
+    def zero_tol(self) -> float:
+        if self.is_exact:
+            return 0.0
+        return max(100.0 * self.tolerance, 1e-12 * max(self.scale(), 1e-300))
+
+    def is_zero(self, alpha) -> bool:
+        if alpha not in self.numeric:
+            v = self.exact.get(alpha, 0)
+            return _exact_is_zero(v)
+        return abs(self.value(alpha)) <= self.zero_tol()
+
+
+def _exact_is_zero(v) -> bool:
+    v = sp.sympify(v)
+    z = v.is_zero
+    if z is not None:
+        return bool(z)
+    return abs(complex(sp.N(v, 60))) < 1e-45
+
+
+def _embed(alpha_sub, idx, L):
+    a = [0] * L
+    for q, i in zip(alpha_sub, idx):
+        a[i] = q
+    return tuple(a)
+
+
+def _factor_blocks(term: sp.Expr, syms_all):
+    """Split a product into (constant, [(factor, [symbols])]) with disjoint symbol sets."""
+    const = sp.Integer(1)
+    blocks: list[tuple[sp.Expr, set]] = []
+    factors = []
+    for f in sp.Mul.make_args(term):
+        if isinstance(f, sp.exp) and isinstance(f.args[0], sp.Add):
+            factors += [sp.exp(p) for p in f.args[0].args]  # exp(a + b) = exp(a) exp(b)
+        else:
+            factors.append(f)
+    for f in factors:
+        fs = f.free_symbols
+        if not fs:
+            const *= f
+            continue
+        merged_e, merged_s = f, set(fs)
+        keep = []
+        for e, s in blocks:
+            if s & merged_s:
+                merged_e *= e
+                merged_s |= s
+            else:
+                keep.append((e, s))
+        blocks = keep + [(merged_e, merged_s)]
+    order = {s: i for i, s in enumerate(syms_all)}
+    # re-merge exp factors within a block: exp(a) exp(b) -> exp(a + b) (no 0 * inf in floats)
+    return const, [(sp.powsimp(e, combine="exp"), sorted(s, key=lambda q: order[q]))
+                   for e, s in blocks]
+
+
+def _block_coeffs(h, syms, K, tol, store: _Coeffs, cache: dict):
+    """Coefficients of one block h(z_S): (dict alpha_sub -> value, exact flag)."""
+    key = (h, tuple(syms), K)
+    if key in cache:
+        return cache[key]
+    if len(syms) == 1:
+        x = syms[0]
+        b = _univariate_exact(h, x, K)
+        if b is not None:
+            out = ({(j,): v for j, v in enumerate(b) if not _exact_is_zero(v)}, True)
+        else:
+            vals, err = _univariate_numeric(h, x, K, tol)
+            store.tolerance = max(store.tolerance, err)
+            out = ({(j,): float(v) for j, v in enumerate(vals)}, False)
+        cache[key] = out
+        return out
+    if h.is_polynomial(*syms):
+        d = _poly_coefficients(h, syms)
+        out = ({a: v for a, v in d.items() if sum(a) <= K}, True)
+        cache[key] = out
+        return out
+    rd = _ridge(h, syms)
+    if rd is not None:
+        a, r, t = rd
+        norm = sp.sqrt(sum(v**2 for v in a))
+        u = [v / norm for v in a]
+        s = sp.Dummy("s", real=True)
+        hs = r.subs(t, norm * s)
+        sub, ex = _block_coeffs(hs, [s], K, tol, store, cache)
+        res = {}
+        for alpha in _multiindices(len(syms), K):
+            k = sum(alpha)
+            if (k,) not in sub or k == 0 and False:
+                continue
+            mult = sp.Integer(math.factorial(k))
+            for q in alpha:
+                mult /= math.factorial(q)
+            upow = sp.Integer(1)
+            for q, uq in zip(alpha, u):
+                upow *= uq**q
+            if ex:
+                v = sp.simplify(sub[(k,)] * mult * upow)
+                if not _exact_is_zero(v):
+                    res[alpha] = v
+            else:
+                res[alpha] = float(sub[(k,)]) * float(mult * upow)
+        out = (res, ex)
+        cache[key] = out
+        return out
+    vals, diff, conv, nodes = _block_gh(h, syms, K, tol)
+    store.tolerance = max(store.tolerance, diff)
+    if not conv:
+        store.converged = False
+        store.notes.append(
+            f"Gauss-Hermite for {h} stopped at {nodes} nodes/dim with change {diff:.2e} > tol"
+        )
+    else:
+        store.notes.append(f"Gauss-Hermite for {h}: {nodes} nodes/dim, change {diff:.1e}")
+    out = (vals, False)
+    cache[key] = out
+    return out
+
+
+def _rewrite_max_min(expr):
+    """Max(a, b) -> a + relu(b - a), Min(a, b) -> a - relu(a - b) (exposes ridge structure)."""
+
+    def mx(*args):
+        acc = args[0]
+        for b in args[1:]:
+            acc = acc + sp.Max(b - acc, 0, evaluate=False) if (b - acc).free_symbols and \
+                len(acc.free_symbols | b.free_symbols) > 1 else sp.Max(acc, b)
+        return acc
+
+    def mn(*args):
+        acc = args[0]
+        for b in args[1:]:
+            acc = acc - sp.Max(acc - b, 0, evaluate=False) if (acc - b).free_symbols and \
+                len(acc.free_symbols | b.free_symbols) > 1 else sp.Min(acc, b)
+        return acc
+
+    return expr.replace(sp.Max, mx).replace(sp.Min, mn)
+
+
+def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL) -> _Coeffs:
+    """All a_alpha (coefficient of He_alpha) with |alpha| <= max_order (polynomial parts: all
+    orders).  Returns the internal store (exact sympy part + numerical float part)."""
+    t = parse_target(target)
+    K = int(max_order)
+    if K < 0:
+        raise ValueError(f"max_order must be >= 0, got {max_order}")
+    syms = list(t.symbols)
+    store = _Coeffs(L=t.L)
+    expr = t.expr
+    if not t.is_polynomial:
+        expr = _rewrite_max_min(expr)
+    terms = sp.Add.make_args(sp.expand(expr, power_exp=False))
+    poly_part = sp.Add(*[q for q in terms if q.is_polynomial(*syms)])
+    if poly_part != 0:
+        for a, v in _poly_coefficients(poly_part, syms).items():
+            store.add_exact(a, v)
+    cache: dict = {}
+    # non-polynomial terms: merge terms that couple the same variables would cost GH dims, so
+    # each term is handled as a product of independent blocks
+    others = [q for q in terms if not q.is_polynomial(*syms)]
+    # group multi-variable non-separable blocks that share variables (fewer GH runs)
+    for q in others:
+        const, blocks = _factor_blocks(q, syms)
+        parts = []
+        all_exact = True
+        for h, bs in blocks:
+            d, ex = _block_coeffs(h, bs, K, tol, store, cache)
+            idx = [syms.index(s) for s in bs]
+            parts.append((d, idx))
+            all_exact &= ex
+        for combo in itertools.product(*[list(d.items()) for d, _ in parts]):
+            alpha = [0] * t.L
+            for (asub, _), (_, idx) in zip(combo, parts):
+                for qv, i in zip(asub, idx):
+                    alpha[i] = qv
+            if sum(alpha) > K:
+                continue
+            alpha = tuple(alpha)
+            if all_exact:
+                v = const
+                for (_, val) in combo:
+                    v = v * val
+                store.add_exact(alpha, v)
+            else:
+                v = float(sp.N(const, 30))
+                for (_, val) in combo:
+                    v *= float(sp.N(val, 30)) if not isinstance(val, float) else val
+                store.add_numeric(alpha, v)
+    # tidy exact values
+    for a in list(store.exact):
+        v = store.exact[a]
+        v = sp.nsimplify(v) if isinstance(v, sp.Float) else v
+        if _exact_is_zero(v):
+            del store.exact[a]
+        else:
+            store.exact[a] = v
+    return store
+
+
+def tensor_from_coefficients(store: _Coeffs, k: int) -> np.ndarray:
+    """Dense C_k (shape (L,)*k) from the a_alpha: C_k[i] = a_alpha alpha!/k!."""
+    L = store.L
+    if L**k > MAX_TENSOR_ENTRIES:
+        raise ValueError(
+            f"C_{k} would have L^k = {L}^{k} entries; lower max_order or L"
+        )
+    C = np.zeros((L,) * k)
+    kf = math.factorial(k)
+    for a in store.support():
+        if sum(a) != k:
+            continue
+        v = store.value(a)
+        if v == 0:
+            continue
+        af = math.prod(math.factorial(q) for q in a)
+        base = []
+        for i, q in enumerate(a):
+            base += [i] * q
+        for perm in set(itertools.permutations(base)):
+            C[perm] = v * af / kf
+    return C
+
+
+def hermite_tensors(target, max_order: int = 6, *, tol: float = DEFAULT_TOL, L=None):
+    """[C_0, C_1, ..., C_K] (C_k of shape (L,)*k, C_0 a 0-d array) and the exactness flag."""
+    t = parse_target(target, L)
+    store = hermite_coefficients(t, max_order, tol=tol)
+    return [tensor_from_coefficients(store, k) for k in range(int(max_order) + 1)], store.is_exact
+
+
+def _orders_nonzero(store: _Coeffs, K: int) -> list[int]:
+    ks = set()
+    for a in store.support():
+        k = sum(a)
+        if 1 <= k and (K is None or k <= K) and not store.is_zero(a):
+            ks.add(k)
+    return sorted(ks)
+
+
+def sie(target, max_order: int = 8, *, tol: float = DEFAULT_TOL, L=None) -> int | None:
+    """Sequence information exponent: lowest k >= 1 with C_k != 0 (searching k <= max_order;
+    polynomials are searched up to their degree).  None for a constant target or when nothing is
+    non-zero up to max_order (see :func:`analyze` for the message)."""
+    t = parse_target(target, L)
+    if t.is_constant:
+        return None
+    K = int(max_order)
+    if t.is_polynomial:
+        K = max(K, int(sp.Poly(t.expr, *t.symbols).total_degree()))
+    ks = _orders_nonzero(hermite_coefficients(t, K, tol=tol), K)
+    return ks[0] if ks else None
+
+
+# =========================================================================== operator norm
+
+
+def _contract_all_but_one(T: np.ndarray, u: np.ndarray) -> np.ndarray:
+    v = T
+    for _ in range(T.ndim - 1):
+        v = v @ u
+    return v
+
+
+def op_norm(C, *, restarts: int = 30, rng=0, max_iter: int = 2000) -> tuple[float, bool]:
+    """Spectral norm max_{|u|=1} |<C, u^(x)k>| of a symmetric tensor and an exactness flag.
+
+    k = 0: |C|; k = 1: Euclidean norm; k = 2: largest |eigenvalue| (exact).  k >= 3: best of
+    shifted symmetric higher-order power iterations (SS-HOPM) on +C and -C from the basis
+    vectors, the all-ones direction, the top singular vector of the unfolding and ``restarts``
+    random starts -- a lower bound; exact (flag True) when it matches the largest singular value
+    of the L x L^(k-1) unfolding (an upper bound) to 1e-9, when C is diagonal, or when L = 1.
+    """
+    C = np.asarray(C, dtype=float)
+    k = C.ndim
+    if k == 0:
+        return abs(float(C)), True
+    L = C.shape[0]
+    if k == 1:
+        return float(np.linalg.norm(C)), True
+    if k == 2:
+        return float(np.max(np.abs(np.linalg.eigvalsh((C + C.T) / 2)))), True
+    if L == 1:
+        return abs(float(C.ravel()[0])), True
+    fro = float(np.linalg.norm(C))
+    if fro == 0:
+        return 0.0, True
+    diag = np.array([C[(i,) * k] for i in range(L)])
+    if np.isclose(np.sum(diag**2), fro**2, rtol=1e-13, atol=0):
+        return float(np.max(np.abs(diag))), True
+    M = C.reshape(L, -1)
+    U, S, _ = np.linalg.svd(M, full_matrices=False)
+    upper = float(S[0])
+    gen = np.random.default_rng(rng)
+    starts = [np.eye(L)[i] for i in range(L)] + [np.ones(L) / math.sqrt(L), U[:, 0]]
+    starts += [v / np.linalg.norm(v) for v in gen.standard_normal((restarts, L))]
+    best = 0.0
+    alpha = (k - 1) * fro  # shift making the iteration monotone (Kolda & Mayo 2011)
+    for sgn in (1.0, -1.0):
+        T = sgn * C
+        for u0 in starts:
+            u = u0 / np.linalg.norm(u0)
+            lam = float(_contract_all_but_one(T, u) @ u)
+            for _ in range(max_iter):
+                g = _contract_all_but_one(T, u) + alpha * u
+                nu = np.linalg.norm(g)
+                if nu == 0:
+                    break
+                u = g / nu
+                new = float(_contract_all_but_one(T, u) @ u)
+                if abs(new - lam) <= 1e-15 * max(1.0, abs(new)):
+                    lam = new
+                    break
+                lam = new
+            best = max(best, lam)
+    exact = abs(upper - best) <= 1e-9 * upper
+    return (upper if exact else best), exact
+
+
+# =========================================================================== the report
+
+
+@dataclass(frozen=True, kw_only=True)
+class SIEReport(Result):
+    """Hermite/SIE analysis of a target (see the module docstring for every definition)."""
+
+    expr: str = ""
+    L: int = 1
+    sie: int | None = None
+    leading_tensor: Any = None
+    tied_contraction: float | None = None
+    op_norm: float | None = None
+    op_norm_exact: bool = True
+    gain_optimal: float | None = None
+    gain_equal: float | None = None
+    tied_learnable: bool | None = None
+    even_sie: int | None = None
+    exact: bool = True
+    information_exponent: int | None = None
+    tolerance: float = 0.0
+    max_order: int = 6
+    leading_tensor_exact: Any = None
+    tied_contraction_exact: str | None = None
+
+    def summary(self) -> str:
+        lines = [f"target: {self.expr}   (L = {self.L})"]
+        if self.message:
+            lines.append(self.message)
+        lines.append(f"SIE: {self.sie}")
+        if self.sie is not None:
+            arr = np.array2string(np.asarray(self.leading_tensor), precision=6)
+            lines.append(f"leading tensor C_{self.sie}: {arr}")
+            exact_c = f" (= {self.tied_contraction_exact})" if self.tied_contraction_exact else ""
+            lines.append(f"tied contraction C_SIE x (1..1): {self.tied_contraction:.10g}{exact_c}")
+            lab = "exact" if self.op_norm_exact else "estimate (power iteration)"
+            lines.append(f"operator norm ||C_SIE||_op: {self.op_norm:.10g}  [{lab}]")
+            lines.append(f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}")
+            lines.append(f"gain at equal step sizes: {self.gain_equal:.6g}")
+            ok = "yes" if self.tied_learnable else "NO (contraction is zero)"
+            lines.append(f"tied network can learn it: {ok}")
+        lines.append("SIE of the even part (attention without positional encoding): "
+                     f"{self.even_sie}")
+        if self.L == 1:
+            lines.append(f"classic information exponent: {self.information_exponent}")
+        lines.append("coefficients: " + ("exact (sympy)" if self.exact else
+                                         f"numerical, tolerance {self.tolerance:.1e}"))
+        return "\n".join(lines)
+
+
+def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DEFAULT_TOL,
+            rng=0) -> SIEReport:
+    """Full SIE analysis of a target (string or sympy expression): see the module docstring."""
+    t = parse_target(target, L)
+    K = int(max_order)
+    if K < 1:
+        raise ValueError(f"max_order must be >= 1, got {max_order}")
+    if t.is_polynomial and not t.is_constant:
+        K = max(K, int(sp.Poly(t.expr, *t.symbols).total_degree()))
+    params = dict(expr=str(t.expr), L=t.L, max_order=K, tol=tol)
+    if t.is_constant:
+        return SIEReport(
+            expr=str(t.expr), L=t.L, sie=None, exact=True, max_order=K,
+            message="the target is constant: every Hermite coefficient of order >= 1 vanishes, "
+            "so the SIE is undefined (sie = null) and nothing can be learned",
+            params=params,
+        )
+    store = hermite_coefficients(t, K, tol=tol)
+    ks = _orders_nonzero(store, K)
+    even = [k for k in ks if k % 2 == 0]
+    exact = store.is_exact
+    status = "ok" if store.converged else "max_iter"
+    note = "; ".join(store.notes)
+    meta = dict(method="exact sympy" if exact else "numerical (quad / Gauss-Hermite)", notes=note)
+    common = dict(expr=str(t.expr), L=t.L, exact=exact, tolerance=float(store.tolerance),
+                  max_order=K, even_sie=even[0] if even else None, params=params,
+                  metadata=meta, status=status)
+    if not ks:
+        return SIEReport(
+            sie=None,
+            message=f"no non-zero Hermite coefficient of order 1..{K} (within tolerance "
+            f"{store.zero_tol():.1e}): the target is constant or its SIE exceeds max_order = {K}"
+            "; raise --max-order",
+            **common,
+        )
+    k = ks[0]
+    C = tensor_from_coefficients(store, k)
+    tc = float(np.sum(C))
+    # exact contraction = sum over alpha of a_alpha (k!/alpha!) * alpha!/k! = sum of a_alpha
+    tc_exact = None
+    lt_exact = None
+    if exact:
+        tce = sp.simplify(sum((store.exact[a] for a in store.exact if sum(a) == k),
+                              sp.Integer(0)))
+        tc_exact = str(tce)
+        tc_zero = _exact_is_zero(tce)
+        if k <= 2 and t.L <= 16:
+            kf = math.factorial(k)
+            ent = {}
+            for a, v in store.exact.items():
+                if sum(a) == k:
+                    af = math.prod(math.factorial(q) for q in a)
+                    ent[a] = str(sp.simplify(v * af / kf))
+            lt_exact = ent and {",".join(map(str, a)): v for a, v in ent.items()}
+    else:
+        n_entries = C.size
+        tc_zero = abs(tc) <= store.zero_tol() * max(1.0, math.sqrt(n_entries))
+    nrm, nrm_exact = op_norm(C, rng=rng)
+    Lfac = t.L if k == 1 else 1
+    if tc_zero:
+        tc = 0.0
+        g_opt = g_eq = 0.0
+    else:
+        ratio = tc / nrm
+        g_opt = ratio**2 * Lfac
+        g_eq = abs(ratio) * math.sqrt(Lfac)
+    msg = ""
+    if tc_zero:
+        msg = ("C_SIE x (1,...,1) = 0: the tied network is stuck at m = 0 (gain 0); the untied "
+               "network learns it")
+    if status != "ok":
+        msg = ((msg + "; " if msg else "")
+               + "numerical quadrature did not reach the tolerance: " + note)
+    return SIEReport(
+        sie=k,
+        leading_tensor=C,
+        tied_contraction=tc,
+        op_norm=nrm,
+        op_norm_exact=nrm_exact,
+        gain_optimal=g_opt,
+        gain_equal=g_eq,
+        tied_learnable=not tc_zero,
+        information_exponent=k if t.L == 1 else None,
+        leading_tensor_exact=lt_exact,
+        tied_contraction_exact=tc_exact,
+        message=msg,
+        **common,
+    )
