@@ -1,0 +1,189 @@
+"""theory reproduce: discovery, caching and reuse, selection, failure isolation, SUMMARY.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+import theory.reproduce as rp
+
+FAKE = textwrap.dedent('''
+    """A fake figure module for the tests."""
+    from pathlib import Path
+
+    CALLS = Path(__file__).with_suffix(".calls")
+
+
+    def _log(name, quick):
+        with open(CALLS, "a") as fh:
+            fh.write(f"{name}:{'quick' if quick else 'full'}\\n")
+
+
+    def good(out_dir, quick):
+        _log("good", quick)
+        p = Path(out_dir) / "good.png"
+        p.write_bytes(b"not really a png")
+        return dict(files=[str(p)], numbers=[
+            dict(name="alpha_c(omega=0.3)", value=1.23456789, how="Brent root | 40 GH nodes"),
+            dict(name="kappa", value=[4, 2], how="exact (polynomial target)")])
+
+
+    def other(out_dir, quick):
+        _log("other", quick)
+        p = Path(out_dir) / "sub" / "other.png"
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(b"x")
+        return dict(files=[p], numbers=[
+            dict(name="n", value=100 if quick else 1000, how="d = n, 3 seeds")])
+
+
+    def broken(out_dir, quick):
+        _log("broken", quick)
+        raise RuntimeError("boom: the solver did not converge")
+
+
+    def liar(out_dir, quick):
+        _log("liar", quick)
+        return dict(files=["never-written.png"], numbers=[])
+
+
+    FIGURES = {"good": good, "other": other, "broken": broken, "liar": liar}
+''')
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    name = f"fake_figs_{uuid.uuid4().hex[:8]}"
+    src = tmp_path / "mods"
+    src.mkdir()
+    (src / f"{name}.py").write_text(FAKE)
+    (src / f"{name}_nofigs.py").write_text("X = 1\n")
+    (src / f"{name}_broken.py").write_text("import numpy\nraise ImportError('needs scipy>=99')\n")
+    monkeypatch.syspath_prepend(str(src))
+    modules = (name, f"{name}_nofigs", f"{name}_broken", "theory.plots.no_such_module_xyz")
+    monkeypatch.setattr(rp, "FIGURE_MODULES", modules)
+    calls = src / f"{name}.calls"
+
+    def read_calls():
+        return calls.read_text().split() if calls.exists() else []
+
+    def reset():
+        calls.unlink(missing_ok=True)
+
+    yield dict(name=name, file=src / f"{name}.py", calls=read_calls, reset=reset,
+               out=tmp_path / "figs")
+    for m in modules:
+        sys.modules.pop(m, None)
+
+
+def test_discover_reports_missing(fake):
+    pieces, missing = rp.discover()
+    assert list(pieces) == ["good", "other", "broken", "liar"]
+    assert missing[f"{fake['name']}_nofigs"] == "has no FIGURES dict"
+    assert "needs scipy>=99" in missing[f"{fake['name']}_broken"]
+    assert "not written yet" in missing["theory.plots.no_such_module_xyz"]
+
+
+def test_failure_isolation_cache_and_summary(fake):
+    out = fake["out"]
+    rep = rp.run_reproduce(out=out, quick=True, progress=False, log=lambda m: None)
+    status = {o.name: o.status for o in rep.outcomes}
+    assert status == {"good": "ok", "other": "ok", "broken": "failed", "liar": "failed"}
+    assert sorted(fake["calls"]()) == sorted(["good:quick", "other:quick", "broken:quick",
+                                              "liar:quick"])
+    by = {o.name: o for o in rep.outcomes}
+    assert "RuntimeError: boom" in by["broken"].error
+    assert "never-written.png" in by["liar"].error
+    assert by["good"].files == ["good.png"] and by["other"].files == ["sub/other.png"]
+    caches = sorted(p.name for p in (out / ".cache").iterdir())
+    assert len(caches) == 2 and caches[0].startswith("good-") and caches[1].startswith("other-")
+
+    summary = (out / "SUMMARY.md").read_text()
+    assert "| good | alpha_c(omega=0.3) | 1.23457 | Brent root \\| 40 GH nodes |" in summary
+    assert "| good | kappa | [4, 2] | exact (polynomial target) |" in summary
+    assert "| other | n | 100 | d = n, 3 seeds |" in summary
+    assert "**failed**: RuntimeError: boom: the solver did not converge" in summary
+    assert "theory.plots.no_such_module_xyz" in summary and "has no FIGURES dict" in summary
+
+    # rerun: finished pieces are reused, failed ones are retried
+    fake["reset"]()
+    rep = rp.run_reproduce(out=out, quick=True, progress=False, log=lambda m: None)
+    assert sorted(fake["calls"]()) == ["broken:quick", "liar:quick"]
+    assert {o.name: o.status for o in rep.outcomes}["good"] == "cached"
+    assert "| good | alpha_c(omega=0.3) | 1.23457 |" in (out / "SUMMARY.md").read_text()
+
+    # a deleted figure makes its piece run again
+    fake["reset"]()
+    (out / "sub" / "other.png").unlink()
+    rp.run_reproduce(["other", "good"], out=out, quick=True, progress=False, log=lambda m: None)
+    assert fake["calls"]() == ["other:quick"]
+
+    # full mode has its own cache entries
+    fake["reset"]()
+    rep = rp.run_reproduce(["other"], out=out, quick=False, progress=False, log=lambda m: None)
+    assert fake["calls"]() == ["other:full"]
+    assert "| other | n | 1000 |" in (out / "SUMMARY.md").read_text()
+
+    # force ignores the cache
+    fake["reset"]()
+    rp.run_reproduce(["good"], out=out, quick=True, force=True, progress=False,
+                     log=lambda m: None)
+    assert fake["calls"]() == ["good:quick"]
+
+
+def test_cache_key_follows_source_and_version(fake, monkeypatch):
+    out = fake["out"]
+    rp.run_reproduce(["good"], out=out, progress=False, log=lambda m: None)
+    fake["reset"]()
+    rp.run_reproduce(["good"], out=out, progress=False, log=lambda m: None)
+    assert fake["calls"]() == []
+    # editing the module that defines the piece invalidates its cache
+    fake["file"].write_text(FAKE + "\n# an edit\n")
+    rp.run_reproduce(["good"], out=out, progress=False, log=lambda m: None)
+    assert fake["calls"]() == ["good:quick"]
+    # so does a new package version
+    fake["reset"]()
+    monkeypatch.setattr(rp, "__version__", "99.0")
+    rp.run_reproduce(["good"], out=out, progress=False, log=lambda m: None)
+    assert fake["calls"]() == ["good:quick"]
+
+
+def test_selection_by_name_and_pattern(fake):
+    out = fake["out"]
+    rep = rp.run_reproduce(["oth*"], out=out, progress=False, log=lambda m: None)
+    assert fake["calls"]() == ["other:quick"]
+    status = {o.name: o.status for o in rep.outcomes}
+    assert status == {"good": "not run", "other": "ok", "broken": "not run", "liar": "not run"}
+    assert rep.failed == []
+    with pytest.raises(ValueError, match="no figure called 'nope'"):
+        rp.run_reproduce(["nope"], out=out, progress=False, log=lambda m: None)
+
+
+def test_workers_run_in_processes(fake):
+    rep = rp.run_reproduce(["good", "other", "broken"], out=fake["out"], workers=2,
+                           progress=False, log=lambda m: None)
+    status = {o.name: o.status for o in rep.outcomes}
+    assert status["good"] == "ok" and status["other"] == "ok" and status["broken"] == "failed"
+    assert "boom" in {o.name: o for o in rep.outcomes}["broken"].error
+
+
+def test_cli(fake, capsys):
+    from theory.cli import main
+
+    out = str(fake["out"])
+    assert main(["reproduce", "--list", "--out", out, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in listed["figures"]] == ["good", "other", "broken", "liar"]
+    assert "theory.plots.no_such_module_xyz" in listed["missing"]
+
+    assert main(["reproduce", "good", "other", "--out", out, "--no-progress", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["failed"] == [] and payload["mode"] == "quick"
+    assert main(["reproduce", "broken", "--out", out, "--no-progress"]) == 1
+    assert "failed" in capsys.readouterr().out
+    assert main(["reproduce", "nope", "--out", out, "--no-progress"]) == 2
+    assert "no figure called" in capsys.readouterr().err

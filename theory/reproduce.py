@@ -1,0 +1,457 @@
+"""``theory reproduce``: regenerate the figures and the headline numbers of the papers.
+
+Every figure module of :mod:`theory.plots` exposes ``FIGURES: dict[str, callable]``; each entry
+``fn(out_dir: Path, quick: bool) -> dict(files=[...], numbers=[dict(name, value, how)])`` writes
+its figure(s) into ``out_dir`` and returns the headline numbers it computed, each with one
+sentence saying how (method, sizes, seeds).  This module
+
+* discovers those entries (a module that does not exist yet, or fails to import, is reported as
+  missing, not fatal);
+* runs the requested ones (all by default) in this process or in ``workers`` processes, with a
+  progress bar, isolating failures: a piece that raises is reported with its error and the others
+  still run;
+* caches each finished piece's returned dict as JSON in ``<out>/.cache/<name>-<hash>.json``, the
+  hash covering the piece's name, the mode (quick/full), the package version and the source of
+  the module(s) defining it; a rerun reuses a cached piece if every file it lists still exists;
+* writes ``<out>/SUMMARY.md`` (atomically): the table of headline numbers with their "how", the
+  status and time of every piece, and the missing modules.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import fnmatch
+import hashlib
+import importlib
+import inspect
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from theory import __version__
+from theory._util import atomic_write_text, dumps_json, to_jsonable
+
+FIGURE_MODULES: tuple[str, ...] = (
+    "theory.plots.sie",
+    "theory.plots.erm_theory",
+    "theory.plots.erm",
+    "theory.plots.sgd_phase",
+    "theory.plots.sgd",
+    "theory.plots.histogram",
+)
+
+CACHE_DIR = ".cache"
+SUMMARY_NAME = "SUMMARY.md"
+
+__all__ = [
+    "FIGURE_MODULES",
+    "Piece",
+    "Outcome",
+    "Report",
+    "discover",
+    "select",
+    "run_reproduce",
+    "cache_key",
+    "write_summary",
+]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One reproducible figure: its name, the function that makes it, where it is defined."""
+
+    name: str
+    fn: Callable
+    module: str
+    source_hash: str
+
+
+@dataclass
+class Outcome:
+    name: str
+    module: str
+    status: str  # "ok" | "cached" | "failed" | "not run"
+    seconds: float | None = None
+    files: list = field(default_factory=list)
+    numbers: list = field(default_factory=list)
+    error: str | None = None
+    cache_file: str | None = None
+
+    def to_dict(self) -> dict:
+        return to_jsonable(dict(name=self.name, module=self.module, status=self.status,
+                                seconds=self.seconds, files=self.files, numbers=self.numbers,
+                                error=self.error, cache_file=self.cache_file))
+
+
+@dataclass
+class Report:
+    out: Path
+    quick: bool
+    outcomes: list[Outcome]
+    missing: dict[str, str]
+    seconds: float
+    summary: Path | None = None
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    def to_dict(self) -> dict:
+        return to_jsonable(dict(out=str(self.out), mode="quick" if self.quick else "full",
+                                seconds=self.seconds, summary=str(self.summary),
+                                pieces=[o.to_dict() for o in self.outcomes],
+                                missing=self.missing,
+                                failed=[o.name for o in self.failed]))
+
+
+# --------------------------------------------------------------------------------------------
+# discovery
+# --------------------------------------------------------------------------------------------
+def _file_hash(obj) -> str | None:
+    try:
+        path = inspect.getsourcefile(obj)
+    except TypeError:
+        return None
+    if not path or not Path(path).exists():
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def discover(modules: Iterable[str] | None = None) -> tuple[dict[str, Piece], dict[str, str]]:
+    """``(pieces, missing)``: every FIGURES entry found, and each module that gave none + why."""
+    modules = FIGURE_MODULES if modules is None else tuple(modules)
+    pieces: dict[str, Piece] = {}
+    missing: dict[str, str] = {}
+    for modname in modules:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name == modname:
+                missing[modname] = "module not found (not written yet)"
+            else:
+                missing[modname] = f"import failed: {type(exc).__name__}: {exc}"
+            continue
+        except Exception as exc:  # noqa: BLE001 - a broken module must not stop the others
+            missing[modname] = f"import failed: {type(exc).__name__}: {exc}"
+            continue
+        figs = getattr(mod, "FIGURES", None)
+        if not isinstance(figs, dict) or not figs:
+            missing[modname] = "has no FIGURES dict"
+            continue
+        mod_hash = _file_hash(mod) or ""
+        for name, fn in figs.items():
+            if name in pieces:
+                missing[f"{modname}:{name}"] = (
+                    f"duplicate figure name (already defined by {pieces[name].module})")
+                continue
+            if not callable(fn):
+                missing[f"{modname}:{name}"] = "FIGURES entry is not callable"
+                continue
+            fn_mod = inspect.getmodule(fn)
+            fn_hash = _file_hash(fn_mod) if fn_mod is not None and fn_mod is not mod else ""
+            src = hashlib.sha256(f"{mod_hash}:{fn_hash or ''}".encode()).hexdigest()
+            pieces[str(name)] = Piece(str(name), fn, modname, src)
+    return pieces, missing
+
+
+def select(pieces: dict[str, Piece], names: Iterable[str] | None) -> list[Piece]:
+    """The pieces named (exact names or shell patterns like ``erm-*``), in discovery order."""
+    names = list(names or [])
+    if not names:
+        return list(pieces.values())
+    chosen: list[str] = []
+    for pat in names:
+        hits = [n for n in pieces if fnmatch.fnmatchcase(n, pat)]
+        if not hits:
+            avail = ", ".join(pieces) or "none (no figure module is available)"
+            raise ValueError(
+                f"no figure called {pat!r}: choose among {avail} (theory reproduce --list)"
+            )
+        chosen += [h for h in hits if h not in chosen]
+    return [pieces[n] for n in pieces if n in chosen]
+
+
+# --------------------------------------------------------------------------------------------
+# cache
+# --------------------------------------------------------------------------------------------
+def cache_key(piece: Piece, quick: bool) -> str:
+    blob = json.dumps([piece.name, "quick" if quick else "full", __version__, piece.source_hash])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _cache_path(out: Path, piece: Piece, quick: bool) -> Path:
+    safe = "".join(c if (c.isalnum() or c in "-_.") else "_" for c in piece.name)
+    return out / CACHE_DIR / f"{safe}-{cache_key(piece, quick)}.json"
+
+
+def _file_in(out: Path, f) -> Path:
+    p = Path(f)
+    return p if p.is_absolute() else out / p
+
+
+def _load_cache(out: Path, piece: Piece, quick: bool) -> dict | None:
+    path = _cache_path(out, piece, quick)
+    if not path.exists():
+        return None
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    res = entry.get("result") or {}
+    if not all(_file_in(out, f).exists() for f in res.get("files", [])):
+        return None  # a figure it made was deleted: recompute
+    return entry
+
+
+def _normalise_result(out: Path, result) -> dict:
+    """Check the shape of a piece's return value; files stored relative to ``out``."""
+    if not isinstance(result, dict):
+        raise TypeError(f"returned {type(result).__name__}, expected dict(files=..., numbers=...)")
+    files = []
+    for f in result.get("files", []) or []:
+        p = Path(f)
+        if not p.is_absolute() and not p.exists() and (out / p).exists():
+            p = out / p
+        p = p.resolve()
+        if not p.exists():
+            raise FileNotFoundError(f"the piece lists {f} but did not write it")
+        try:
+            files.append(str(p.relative_to(out.resolve())))
+        except ValueError:
+            files.append(str(p))
+    numbers = []
+    for n in result.get("numbers", []) or []:
+        if not isinstance(n, dict) or "name" not in n or "value" not in n:
+            raise TypeError(f"each number must be dict(name=, value=, how=), got {n!r}")
+        numbers.append({"name": str(n["name"]), "value": to_jsonable(n["value"]),
+                        "how": str(n.get("how", ""))})
+    return {"files": files, "numbers": numbers}
+
+
+def _run_piece(fn: Callable, out: str, quick: bool) -> tuple[dict, float]:
+    """Run one piece (in this process or a worker); returns (raw result, seconds)."""
+    from theory.plots import use_agg
+
+    use_agg()
+    t0 = time.perf_counter()
+    res = fn(Path(out), quick)
+    dt = time.perf_counter() - t0
+    try:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+    except Exception:  # noqa: BLE001
+        pass
+    return to_jsonable(res) if isinstance(res, dict) else res, dt
+
+
+def _error_text(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {msg}{where}"
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------
+def run_reproduce(
+    names: Iterable[str] | None = None,
+    *,
+    out="figures",
+    quick: bool = True,
+    workers: int = 1,
+    force: bool = False,
+    progress: bool = True,
+    modules: Iterable[str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Report:
+    """Run the selected figure pieces, reuse cached ones, write ``<out>/SUMMARY.md``.
+
+    ``force=True`` ignores the cache.  ``workers > 1`` runs pieces in that many processes.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = int(workers)
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    pieces, missing = discover(modules)
+    chosen = select(pieces, names)
+    if log is None:
+        def log(msg):
+            print(msg, file=sys.stderr, flush=True)
+
+    t_start = time.perf_counter()
+    outcomes: dict[str, Outcome] = {}
+    todo: list[Piece] = []
+    for p in chosen:
+        entry = None if force else _load_cache(out, p, quick)
+        if entry is not None:
+            outcomes[p.name] = Outcome(p.name, p.module, "cached", entry.get("seconds"),
+                                       entry["result"].get("files", []),
+                                       entry["result"].get("numbers", []),
+                                       cache_file=str(_cache_path(out, p, quick)))
+        else:
+            todo.append(p)
+    mode = "quick" if quick else "full"
+    if outcomes:
+        log(f"reusing {len(outcomes)} cached piece(s): {', '.join(outcomes)}")
+
+    bar = None
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"reproduce ({mode})", unit="fig", dynamic_ncols=True)
+
+    def record(p: Piece, raw, dt: float | None, exc: BaseException | None):
+        if exc is None:
+            try:
+                res = _normalise_result(out, raw)
+            except Exception as e:  # noqa: BLE001
+                exc = e
+        if exc is not None:
+            o = Outcome(p.name, p.module, "failed", dt, error=_error_text(exc))
+            msg = f"{p.name}: FAILED after {dt or 0:.1f} s: {o.error}"
+        else:
+            path = _cache_path(out, p, quick)
+            atomic_write_text(path, dumps_json(dict(
+                name=p.name, module=p.module, mode=mode, version=__version__,
+                source_hash=p.source_hash, seconds=dt, result=res,
+                finished=datetime.now(timezone.utc).isoformat(timespec="seconds"))) + "\n")
+            o = Outcome(p.name, p.module, "ok", dt, res["files"], res["numbers"],
+                        cache_file=str(path))
+            msg = (f"{p.name}: ok in {dt:.1f} s ({len(res['files'])} file(s), "
+                   f"{len(res['numbers'])} number(s))")
+        outcomes[p.name] = o
+        if bar is not None:
+            bar.write(msg, file=sys.stderr)
+            bar.update(1)
+        else:
+            log(msg)
+
+    try:
+        if workers == 1 or len(todo) <= 1:
+            for p in todo:
+                if bar is not None:
+                    bar.set_postfix_str(p.name)
+                t0 = time.perf_counter()
+                try:
+                    raw, dt = _run_piece(p.fn, str(out), quick)
+                except Exception as exc:  # noqa: BLE001 - isolate the failure, go on
+                    record(p, None, time.perf_counter() - t0, exc)
+                else:
+                    record(p, raw, dt, None)
+        elif todo:
+            with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo))) as ex:
+                t0s = {}
+                futs = {}
+                for p in todo:
+                    futs[ex.submit(_run_piece, p.fn, str(out), quick)] = p
+                    t0s[p.name] = time.perf_counter()
+                for fut in cf.as_completed(futs):
+                    p = futs[fut]
+                    try:
+                        raw, dt = fut.result()
+                    except Exception as exc:  # noqa: BLE001
+                        record(p, None, time.perf_counter() - t0s[p.name], exc)
+                    else:
+                        record(p, raw, dt, None)
+    finally:
+        if bar is not None:
+            bar.close()
+        # not-selected pieces with a valid cache entry still appear in the summary
+        for name, p in pieces.items():
+            if name in outcomes:
+                continue
+            entry = _load_cache(out, p, quick)
+            if entry is not None:
+                outcomes[name] = Outcome(name, p.module, "cached", entry.get("seconds"),
+                                         entry["result"].get("files", []),
+                                         entry["result"].get("numbers", []),
+                                         cache_file=str(_cache_path(out, p, quick)))
+            else:
+                outcomes[name] = Outcome(name, p.module, "not run")
+        ordered = [outcomes[n] for n in pieces if n in outcomes]
+        report = Report(out, quick, ordered, missing, time.perf_counter() - t_start)
+        report.summary = write_summary(report)
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# SUMMARY.md
+# --------------------------------------------------------------------------------------------
+def _fmt_value(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_fmt_value(x)}" for k, x in v.items())
+    return str(v)
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_summary(report: Report) -> Path:
+    mode = "quick" if report.quick else "full"
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Reproduction summary",
+        "",
+        f"Written by `theory reproduce --{mode}` (theory {__version__}) on {now}; "
+        f"this run took {report.seconds:.0f} s. "
+        + ("Quick mode: reduced sizes (see each \"how\"), meant to finish in minutes."
+           if report.quick else "Full mode: the papers' sizes."),
+        "",
+        "## Headline numbers",
+        "",
+        "| figure | quantity | value | how |",
+        "|---|---|---|---|",
+    ]
+    n_numbers = 0
+    for o in report.outcomes:
+        if o.status not in ("ok", "cached"):
+            continue
+        for n in o.numbers:
+            lines.append(f"| {_cell(o.name)} | {_cell(n['name'])} | {_cell(_fmt_value(n['value']))}"
+                         f" | {_cell(n.get('how', ''))} |")
+            n_numbers += 1
+    if n_numbers == 0:
+        lines.append("| — | no numbers yet | — | — |")
+    lines += ["", "## Figures", "", "| figure | module | status | time (s) | files |",
+              "|---|---|---|---|---|"]
+    for o in report.outcomes:
+        status = o.status if o.status != "failed" else f"**failed**: {o.error}"
+        secs = "" if o.seconds is None else f"{o.seconds:.1f}"
+        files = ", ".join(f"[{Path(f).name}]({f})" for f in o.files)
+        lines.append(f"| {_cell(o.name)} | {o.module} | {_cell(status)} | {secs} | {files} |")
+    if report.missing:
+        lines += ["", "## Not available", ""]
+        for mod, why in report.missing.items():
+            lines.append(f"- `{mod}`: {why}")
+    lines.append("")
+    path = report.out / SUMMARY_NAME
+    atomic_write_text(path, "\n".join(lines))
+    return path
+
+
+def list_pieces(out="figures", quick: bool = True, modules=None) -> tuple[list[dict], dict]:
+    """Rows for ``theory reproduce --list``: name, module, cached?; and the missing modules."""
+    out = Path(out)
+    pieces, missing = discover(modules)
+    rows = []
+    for p in pieces.values():
+        rows.append(dict(name=p.name, module=p.module,
+                         cached=_load_cache(out, p, quick) is not None))
+    return rows, missing
