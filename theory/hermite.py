@@ -48,6 +48,14 @@ Quantities of :func:`analyze` (spec section 5)
   For even SIE the drift is c_SIE(sigma) * tied_contraction: a student activation whose SIE-th
   Hermite coefficient has the opposite sign cannot escape either; ``tied_learnable`` only
   reports whether the contraction is non-zero.
+* ``gain_equal_drift`` (extra, not in the spec): L^(1 - SIE/2) |tied_contraction| / op_norm.
+  Expanding the population loss with E[g(z*) He_k(s)] = k! <C_k, (m/sqrt(L))^(x)k> (s the
+  student's pre-activation sum_l z_l / sqrt(L), m_l the per-position overlaps) gives the initial
+  drifts  tied: dm/dt ~ k k! L^(-k/2) (C_k x 1) m^(k-1);  untied (best direction):
+  dm_untied/dt ~ k k! L^(-1) ||C_k||_op m_untied^(k-1), with m and m_untied both starting at
+  ~ 1/sqrt(d).  Their ratio is the equal-step gain implied by the drifts; it coincides with
+  ``gain_equal`` for SIE <= 2 and differs from it by L^(1 - SIE/2) for SIE >= 3 (the spec's
+  formula drops the L^(-k/2) of the tied drift, spec section 8, which only cancels for k <= 2).
 * ``even_sie``: SIE of the even part (g(z) + g(-z))/2 = lowest EVEN order with C_k != 0 -- what
   attention without positional encoding sees (f_w is even in w).
 
@@ -401,8 +409,8 @@ def _poly_coefficients(expr: sp.Expr, syms) -> dict[tuple, sp.Expr]:
             for _, c in combo:
                 val = val * c
             out[alpha] = out.get(alpha, 0) + val
-    return {a: sp.nsimplify(v) if v.is_Float else sp.simplify(v) if not v.is_Rational else v
-            for a, v in out.items() if v != 0}
+    out = {a: v if (v.is_Rational or v.is_Float) else sp.simplify(v) for a, v in out.items()}
+    return {a: v for a, v in out.items() if v != 0}
 
 
 def _std_pdf(x):
@@ -899,7 +907,6 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
     # tidy exact values
     for a in list(store.exact):
         v = store.exact[a]
-        v = sp.nsimplify(v) if isinstance(v, sp.Float) else v
         if _exact_is_zero(v):
             del store.exact[a]
         else:
@@ -1043,6 +1050,7 @@ class SIEReport(Result):
     gain_optimal: float | None = None
     gain_equal: float | None = None
     tied_learnable: bool | None = None
+    gain_equal_drift: float | None = None
     even_sie: int | None = None
     exact: bool = True
     information_exponent: int | None = None
@@ -1064,7 +1072,8 @@ class SIEReport(Result):
             lab = "exact" if self.op_norm_exact else "estimate (power iteration)"
             lines.append(f"operator norm ||C_SIE||_op: {self.op_norm:.10g}  [{lab}]")
             lines.append(f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}")
-            lines.append(f"gain at equal step sizes: {self.gain_equal:.6g}")
+            lines.append(f"gain at equal step sizes: {self.gain_equal:.6g}  (from the initial "
+                         f"drift ratio: {self.gain_equal_drift:.6g})")
             ok = "yes" if self.tied_learnable else "NO (contraction is zero)"
             lines.append(f"tied network can learn it: {ok}")
         lines.append("SIE of the even part (attention without positional encoding): "
@@ -1137,11 +1146,12 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
     Lfac = t.L if k == 1 else 1
     if tc_zero:
         tc = 0.0
-        g_opt = g_eq = 0.0
+        g_opt = g_eq = g_drift = 0.0
     else:
         ratio = tc / nrm
         g_opt = ratio**2 * Lfac
         g_eq = abs(ratio) * math.sqrt(Lfac)
+        g_drift = abs(ratio) * t.L ** (1 - k / 2)
     msg = ""
     if tc_zero:
         msg = ("C_SIE x (1,...,1) = 0: the tied network is stuck at m = 0 (gain 0); the untied "
@@ -1158,6 +1168,7 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
         gain_optimal=g_opt,
         gain_equal=g_eq,
         tied_learnable=not tc_zero,
+        gain_equal_drift=g_drift,
         information_exponent=k if t.L == 1 else None,
         leading_tensor_exact=lt_exact,
         tied_contraction_exact=tc_exact,
