@@ -1,0 +1,365 @@
+"""Tests of the histogram (counting) task: data, model gradients, optimisers, training with
+checkpoints, the stationarity test, the CLI and the figures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from theory.simulate import histogram as H
+
+# ------------------------------------------------------------------------------------------
+# fixtures
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    return H.make_data(3000, rng=0)
+
+
+@pytest.fixture(scope="module")
+def quick_models(small_data):
+    """Both restricted variants trained on 2100 sequences for 15 epochs (a few s each)."""
+    return {v: H.train(small_data, v, 15, seed=0, progress=False)
+            for v in ("semantic", "positional")}
+
+
+# ------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------
+
+
+def test_counts_match_a_python_loop():
+    x = np.random.default_rng(1).integers(0, H.T, size=(50, H.L))
+    y = H.counts(x)
+    for n in range(len(x)):
+        for i in range(H.L):
+            assert y[n, i] == sum(1 for j in range(H.L) if x[n, j] == x[n, i])
+
+
+def test_make_data_dedup_split_and_seed():
+    d = H.make_data(20_000, rng=3)
+    allx = np.concatenate([d.x_train, d.x_val])
+    assert len(np.unique(allx, axis=0)) == len(allx) == d.n_unique
+    # 15^10 = 5.8e11 possible sequences: duplicates among 2e4 are expected ~ 2e4^2/2/5.8e11
+    # = 3e-4, so (almost surely) none are removed
+    assert d.n_unique == 20_000
+    assert len(d.x_train) == 14_000 and len(d.x_val) == 6_000
+    assert allx.min() == 0 and allx.max() == H.T - 1
+    np.testing.assert_array_equal(d.y_train, H.counts(d.x_train))
+    d2 = H.make_data(20_000, rng=3)
+    np.testing.assert_array_equal(d.x_train, d2.x_train)
+    assert not np.array_equal(H.make_data(20_000, rng=4).x_train, d.x_train)
+
+
+def test_dedup_keeps_first_occurrences_in_order():
+    x = np.array([[1] * 10, [2] * 10, [1] * 10, [3] * 10, [2] * 10, [4] * 10])
+    out = H.dedup_sequences(x)
+    assert out[:, 0].tolist() == [1, 2, 3, 4]
+
+
+def test_encode_decode_and_errors():
+    t = H.encode("BBCCDDBBBB")
+    assert t.tolist() == [1, 1, 2, 2, 3, 3, 1, 1, 1, 1]
+    assert H.decode(H.encode("ONMLKJIHGF")) == "ONMLKJIHGF"
+    with pytest.raises(ValueError, match="10 letters"):
+        H.encode("ABZ")
+    with pytest.raises(ValueError, match="n_sequences"):
+        H.make_data(3)
+    with pytest.raises(ValueError, match="variant"):
+        H.qk_mask("causal")
+
+
+# ------------------------------------------------------------------------------------------
+# gradients (float64 finite differences, every parameter block, every variant)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", H.VARIANTS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gradient_matches_finite_differences(variant, seed, small_data):
+    theta = H.init_params(seed, dtype=np.float64)
+    # move away from the symmetric LayerNorm init so that ln_g/ln_b are generic
+    theta += 0.05 * np.random.default_rng(seed + 10).standard_normal(theta.shape)
+    xb, yb = small_data.x_train[:6], small_data.y_train[:6]
+    loss, g = H.loss_and_grad(theta, xb, yb, variant)
+    assert loss == pytest.approx(H.loss_only(theta, xb, yb, variant), rel=1e-12)
+    rng = np.random.default_rng(100 + seed)
+    h = 1e-6
+    for name in H.PARAM_SHAPES:
+        sl = H.block_slice(name)
+        n = sl.stop - sl.start
+        # (a) directional derivative along a unit random direction inside the block
+        # (b) three single coordinates
+        dirs = []
+        d = np.zeros_like(theta)
+        u = rng.standard_normal(n)
+        d[sl] = u / np.linalg.norm(u)
+        dirs.append(d)
+        for i in rng.choice(n, size=3, replace=False):
+            e = np.zeros_like(theta)
+            e[sl.start + i] = 1.0
+            dirs.append(e)
+        for d in dirs:
+            fd = (H.loss_only(theta + h * d, xb, yb, variant)
+                  - H.loss_only(theta - h * d, xb, yb, variant)) / (2 * h)
+            an = float(g @ d)
+            # central differences: truncation ~ h^2 |f'''| ~ 1e-12, round-off ~ 1e-16 |f| / h
+            # ~ 3e-10; 1e-7 absolute leaves room, and is far below typical |an| ~ 1e-3..1
+            assert abs(fd - an) <= 1e-7 + 1e-5 * abs(an), (variant, name, fd, an)
+
+
+@pytest.mark.parametrize("variant", ["semantic", "positional"])
+def test_hidden_query_key_rows_get_no_gradient(variant, small_data):
+    theta = H.init_params(0, dtype=np.float64)
+    _, g = H.loss_and_grad(theta, small_data.x_train[:8], small_data.y_train[:8], variant)
+    G = H.unpack(g)
+    hidden = H.qk_mask(variant) == 0
+    assert hidden.sum() == 32
+    assert np.all(G["Wq"][hidden] == 0) and np.all(G["Wk"][hidden] == 0)
+    assert np.abs(G["Wq"][~hidden]).max() > 0
+
+
+def test_float32_gradient_close_to_float64(small_data):
+    t64 = H.init_params(2, dtype=np.float64)
+    xb, yb = small_data.x_train[:32], small_data.y_train[:32]
+    _, g64 = H.loss_and_grad(t64, xb, yb, "both")
+    _, g32 = H.loss_and_grad(t64.astype(np.float32), xb, yb, "both")
+    assert g32.dtype == np.float32
+    # float32 eps 1.2e-7 times O(100) accumulated terms
+    np.testing.assert_allclose(g32, g64, atol=1e-5 * np.abs(g64).max())
+
+
+# ------------------------------------------------------------------------------------------
+# attention structure
+# ------------------------------------------------------------------------------------------
+
+
+def test_attention_rows_and_mechanisms():
+    theta = H.init_params(5, dtype=np.float64)
+    x = np.random.default_rng(2).integers(0, H.T, size=(20, H.L))
+    for v in H.VARIANTS:
+        A = H.attention(theta, x, v)
+        assert A.shape == (20, H.L, H.L)
+        np.testing.assert_allclose(A.sum(-1), 1, atol=1e-12)
+        assert np.all(A > 0)  # no causal mask: every key gets weight
+    # positional: queries/keys see only positions -> the same map for every sequence
+    A = H.attention(theta, x, "positional")
+    np.testing.assert_allclose(A, np.broadcast_to(A[0], A.shape), atol=1e-14)
+    # semantic: score(i, j) depends only on (x_i, x_j): two queries with equal tokens have
+    # equal rows, and permuting the sequence permutes the map
+    A = H.attention(theta, H.encode("BBCCDDBBBB")[None], "semantic")[0]
+    np.testing.assert_allclose(A[0], A[1], atol=1e-14)
+    perm = np.random.default_rng(0).permutation(H.L)
+    x1 = H.encode("LMDMMMAHHB")
+    A1 = H.attention(theta, x1[None], "semantic")[0]
+    A2 = H.attention(theta, x1[perm][None], "semantic")[0]
+    np.testing.assert_allclose(A2, A1[np.ix_(perm, perm)], atol=1e-14)
+
+
+def test_embed_restricted_keeps_the_function(quick_models, small_data):
+    for v, res in quick_models.items():
+        th = res.theta.astype(np.float64)
+        emb = H.embed_restricted(th, v)
+        xb, yb = small_data.x_val[:200], small_data.y_val[:200]
+        np.testing.assert_allclose(H.loss_only(emb, xb, yb, "both"),
+                                   H.loss_only(th, xb, yb, v), rtol=1e-12)
+        hidden = H.qk_mask(v) == 0
+        assert np.all(H.unpack(emb)["Wq"][hidden] == 0)
+
+
+# ------------------------------------------------------------------------------------------
+# optimisers
+# ------------------------------------------------------------------------------------------
+
+
+def test_adam_matches_textbook_formula():
+    rng = np.random.default_rng(0)
+    n = 50
+    theta = rng.standard_normal(n)
+    ref = theta.copy()
+    opt = H.Adam(n, lr=1e-3, betas=(0.9, 0.98), eps=1e-9, dtype=np.float64)
+    m = np.zeros(n)
+    v = np.zeros(n)
+    for t in range(1, 6):
+        g = rng.standard_normal(n)
+        opt.step(theta, g)
+        m = 0.9 * m + 0.1 * g
+        v = 0.98 * v + 0.02 * g * g
+        ref = ref - 1e-3 * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.98**t)) + 1e-9)
+    np.testing.assert_allclose(theta, ref, rtol=1e-12, atol=1e-15)
+
+
+def test_sgd_step():
+    theta = np.ones(4)
+    H.SGD(4, lr=0.1, dtype=np.float64).step(theta, np.arange(4.0))
+    np.testing.assert_allclose(theta, 1 - 0.1 * np.arange(4.0))
+
+
+# ------------------------------------------------------------------------------------------
+# training
+# ------------------------------------------------------------------------------------------
+
+
+def test_quick_training_learns_both_mechanisms(quick_models, small_data):
+    # chance (majority class, count 1) is (14/15)^9 = 0.537; the validation set has 9000
+    # tokens, so the binomial standard error of an accuracy is < 0.006; 0.75 is > 30 SE above
+    # chance.  (Measured: semantic ~0.98, positional ~0.88 after these 15 epochs.)
+    for v, res in quick_models.items():
+        assert res.status == "ok"
+        assert res.val_accuracy > 0.75, (v, res.val_accuracy)
+        assert res.history["val_accuracy"][-1] == pytest.approx(res.val_accuracy)
+        assert res.history["train_loss"][-1] < res.history["train_loss"][0]
+        # the final numbers are an independent evaluation of the returned parameters
+        pred = H.predict(res.theta, small_data.x_val, v)
+        assert np.mean(pred == small_data.y_val) == pytest.approx(res.val_accuracy)
+
+
+def test_interrupted_run_resumes_to_the_same_result(tmp_path, small_data):
+    data = small_data.subset(600, 300)
+    full = H.train(data, "positional", 4, seed=7, progress=False)
+
+    def interrupt(epoch, history):
+        if epoch == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        H.train(data, "positional", 4, seed=7, checkpoint=tmp_path, progress=False,
+                callback=interrupt)
+    files = list(tmp_path.glob("*.npz"))
+    assert len(files) == 1 and H.load_checkpoint(files[0])["epoch"] == 2
+    resumed = H.train(data, "positional", 4, seed=7, checkpoint=tmp_path, progress=False)
+    assert resumed.epochs == 4
+    # same seeds, same operations, one BLAS thread -> bit-identical
+    np.testing.assert_array_equal(resumed.theta, full.theta)
+    assert resumed.history["val_loss"] == full.history["val_loss"]
+    # a completed run is returned as is
+    again = H.train(data, "positional", 4, seed=7, checkpoint=tmp_path, progress=False)
+    np.testing.assert_array_equal(again.theta, full.theta)
+    # a different configuration with the same name pattern does not silently mix
+    other = H.train(data, "positional", 1, seed=7, lr=2e-3, checkpoint=tmp_path,
+                    progress=False)
+    assert other.epochs == 1 and len(list(tmp_path.glob("*.npz"))) == 2
+
+
+def test_train_rejects_bad_input(small_data):
+    with pytest.raises(ValueError, match="variant"):
+        H.train(small_data, "causal", 1, progress=False)
+    with pytest.raises(ValueError, match="optimizer"):
+        H.train(small_data, "semantic", 1, optimizer="rmsprop", progress=False)
+    with pytest.raises(ValueError, match="seed"):
+        H.train(small_data, "semantic", 1, seed=None, progress=False)
+
+
+def test_save_and_load_model(tmp_path, quick_models):
+    res = quick_models["semantic"]
+    p = H.save_model(tmp_path / "m.npz", res)
+    assert p.stat().st_size < 200_000
+    back = H.load_model(p)
+    np.testing.assert_array_equal(back.theta, res.theta)
+    np.testing.assert_array_equal(back.init_theta, res.init_theta)
+    assert back.val_accuracy == res.val_accuracy and back.variant == "semantic"
+    assert back.history["val_accuracy"] == res.history["val_accuracy"]
+
+
+def test_blas_threads_restores_setting():
+    h = H._openblas_handles()
+    if h is None:
+        pytest.skip("numpy's bundled OpenBLAS not found")
+    get, _ = h
+    before = get()
+    with H.blas_threads(1):
+        assert get() == 1
+    assert get() == before
+
+
+# ------------------------------------------------------------------------------------------
+# stationarity
+# ------------------------------------------------------------------------------------------
+
+
+def test_stationarity_distances(quick_models, small_data):
+    data = small_data.subset(600, 300)
+    res = H.stationarity(quick_models["semantic"], data, retrain_epochs=1, seed=0,
+                         progress=False)
+    # the perturbation is 1e-3 * chi_N with N = 22955 parameters: sd/mean = 1/sqrt(2N) = 0.5%
+    assert res.distance_perturbation == pytest.approx(1e-3 * np.sqrt(H.N_PARAMS), rel=0.03)
+    init = quick_models["semantic"].init_theta.astype(np.float64)
+    frozen = H.embed_restricted(quick_models["semantic"].theta.astype(np.float64), "semantic")
+    assert res.distance_init_to_frozen == pytest.approx(np.linalg.norm(init - frozen))
+    # 19 SGD steps of lr 1e-3 move the parameters far less than training did
+    assert 0 < res.distance_frozen_to_retrained < 0.1 * res.distance_init_to_frozen
+    assert res.val_accuracy_frozen == pytest.approx(quick_models["semantic"].val_accuracy,
+                                                    abs=0.05)
+    assert set(res.block_distances) == set(H.PARAM_SHAPES)
+    with pytest.raises(ValueError, match="restricted"):
+        H.stationarity(H.train(data, "both", 0, progress=False), data, retrain_epochs=1)
+
+
+# ------------------------------------------------------------------------------------------
+# CLI and figures
+# ------------------------------------------------------------------------------------------
+
+
+def _run_cli(argv, capsys):
+    from theory.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, out
+
+
+def test_cli_train_json(capsys, tmp_path):
+    code, out = _run_cli(["histogram", "train", "--variant", "semantic", "--epochs", "2",
+                          "--seed", "1", "--n-sequences", "600", "--checkpoint",
+                          str(tmp_path), "--no-progress", "--json"], capsys)
+    assert code == 0
+    d = json.loads(out)
+    assert {"val_accuracy", "train_accuracy", "epochs", "seconds"} <= set(d)
+    assert d["epochs"] == 2 and 0 <= d["val_accuracy"] <= 1
+
+
+def test_cli_stationarity_and_attention_maps(capsys, tmp_path):
+    code, out = _run_cli(["histogram", "stationarity", "--variant", "positional", "--epochs",
+                          "1", "--retrain-epochs", "1", "--n-sequences", "400",
+                          "--no-progress", "--json"], capsys)
+    assert code == 0
+    d = json.loads(out)
+    assert {"distance_frozen_to_retrained", "distance_init_to_frozen"} <= set(d)
+    fig = tmp_path / "maps.png"
+    code, out = _run_cli(["histogram", "attention-maps", "--epochs", "1", "--n-sequences",
+                          "400", "--no-progress", "--out", str(fig)], capsys)
+    assert code in (0, None) and fig.exists() and fig.stat().st_size > 10_000
+
+
+def test_cli_errors(capsys):
+    code, _ = _run_cli(["histogram", "train", "--n-sequences", "3", "--epochs", "1",
+                        "--no-progress"], capsys)
+    assert code == 2
+    with pytest.raises(SystemExit) as exc:
+        _run_cli(["histogram", "train", "--variant", "causal"], capsys)
+    assert exc.value.code == 2
+
+
+def test_plots_write_files(tmp_path, quick_models):
+    from theory.plots import histogram as P
+
+    P.plot_learning_curves({v: [r] for v, r in quick_models.items()},
+                           tmp_path / "lc.png")
+    P.plot_attention_maps(quick_models, P.SEQUENCES, tmp_path / "am.png")
+    assert (tmp_path / "lc.png").stat().st_size > 10_000
+    assert (tmp_path / "am.png").stat().st_size > 10_000
+    assert set(P.FIGURES) == {"histogram-learning-curves", "histogram-attention-maps"}
+
+
+def test_semantic_model_attends_to_equal_tokens(quick_models, small_data):
+    from theory.plots.histogram import same_token_mass
+
+    x = small_data.x_val
+    # uniform attention would put (expected count)/L = (1 + 9/15)/10 = 0.16 on equal tokens
+    sem = same_token_mass(quick_models["semantic"].theta, x, "semantic")
+    pos = same_token_mass(quick_models["positional"].theta, x, "positional")
+    assert sem > 0.4 > pos
