@@ -1,0 +1,493 @@
+"""Numba kernels of online spherical SGD (full d and reduced) with pure-numpy references.
+
+Conventions (code normalisation, spec sequence-single-index.md section 1): token rows
+x_l ~ N(0, I_d / d), ||w*||^2 = d, ||w||^2 = d, positional rows P_l of unit norm orthogonal to w*,
+z = (X + P / sqrt(d)) w, loss l = ||y - f||^2 (no 1/2), update
+w <- sqrt(d) (w - gamma grad) / ||w - gamma grad||.
+
+Heads (what maps the token pre-activations z in R^L to the prediction and gives
+delta = dl/dz in R^L):
+
+* ``HEAD_MATRIX`` (0): attention, f = softmax_row(z z^T) (L x L), y an L x L matrix (flattened,
+  row-major), loss = squared Frobenius norm.
+* ``HEAD_FUNCTIONAL`` (1): attention with a scalar reduction f = sum_ij R_ij softmax_row(z z^T)_ij
+  (trace: R = c I; projection: R = a b^T), y a scalar.
+* ``HEAD_NETWORK`` (2): f = sigma(sum_l z_l / sqrt(L)) with the activation ``act`` (codes in
+  ``ACTIVATIONS``), y a scalar.  Used by the tied and the untied network.
+
+Randomness is drawn OUTSIDE the kernels (numpy Generator, chunk by chunk) and passed in, so the
+numba kernels and their numpy references are deterministic functions of the same arrays and are
+tested against each other step by step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
+
+#: activation name -> integer code used inside the kernels
+ACTIVATIONS = {
+    "linear": 0, "identity": 0, "id": 0, "he1": 0,
+    "relu": 1,
+    "tanh": 2,
+    "erf": 3,
+    "sigmoid": 4,
+    "abs": 5,
+    "square": 6,
+    "he2": 7,
+    "he3": 8,
+    "he4": 9,
+    "he2n": 10,   # He_2 / sqrt(2)  (unit-norm)
+    "he3n": 11,   # He_3 / sqrt(6)
+    "he4n": 12,   # He_4 / sqrt(24)
+}
+
+_SQ2 = math.sqrt(2.0)
+_SQ6 = math.sqrt(6.0)
+_SQ24 = math.sqrt(24.0)
+_SQPI = math.sqrt(math.pi)
+
+
+# =========================================================================== activations
+
+
+@numba.njit(cache=True)
+def act_value(code, s):
+    if code == 0:
+        return s
+    if code == 1:
+        return s if s > 0.0 else 0.0
+    if code == 2:
+        return math.tanh(s)
+    if code == 3:
+        return math.erf(s)
+    if code == 4:
+        return 1.0 / (1.0 + math.exp(-s))
+    if code == 5:
+        return abs(s)
+    if code == 6:
+        return s * s
+    if code == 7:
+        return s * s - 1.0
+    if code == 8:
+        return s * s * s - 3.0 * s
+    if code == 9:
+        s2 = s * s
+        return s2 * s2 - 6.0 * s2 + 3.0
+    if code == 10:
+        return (s * s - 1.0) / _SQ2
+    if code == 11:
+        return (s * s * s - 3.0 * s) / _SQ6
+    if code == 12:
+        s2 = s * s
+        return (s2 * s2 - 6.0 * s2 + 3.0) / _SQ24
+    return np.nan
+
+
+@numba.njit(cache=True)
+def act_deriv(code, s):
+    if code == 0:
+        return 1.0
+    if code == 1:
+        return 1.0 if s > 0.0 else 0.0
+    if code == 2:
+        t = math.tanh(s)
+        return 1.0 - t * t
+    if code == 3:
+        return 2.0 / _SQPI * math.exp(-s * s)
+    if code == 4:
+        q = 1.0 / (1.0 + math.exp(-s))
+        return q * (1.0 - q)
+    if code == 5:
+        return 1.0 if s > 0.0 else (-1.0 if s < 0.0 else 0.0)
+    if code == 6:
+        return 2.0 * s
+    if code == 7:
+        return 2.0 * s
+    if code == 8:
+        return 3.0 * s * s - 3.0
+    if code == 9:
+        return 4.0 * s * s * s - 12.0 * s
+    if code == 10:
+        return 2.0 * s / _SQ2
+    if code == 11:
+        return (3.0 * s * s - 3.0) / _SQ6
+    if code == 12:
+        return (4.0 * s * s * s - 12.0 * s) / _SQ24
+    return np.nan
+
+
+def act_numpy(code, s):
+    """numpy reference of (sigma(s), sigma'(s)) for an activation code."""
+    s = np.asarray(s, dtype=float)
+    table = {
+        0: (s, np.ones_like(s)),
+        1: (np.maximum(s, 0.0), (s > 0).astype(float)),
+        2: (np.tanh(s), 1.0 - np.tanh(s) ** 2),
+        3: (None, 2.0 / np.sqrt(np.pi) * np.exp(-s * s)),
+        4: (1.0 / (1.0 + np.exp(-s)), None),
+        5: (np.abs(s), np.sign(s)),
+        6: (s * s, 2.0 * s),
+        7: (s * s - 1.0, 2.0 * s),
+        8: (s**3 - 3.0 * s, 3.0 * s * s - 3.0),
+        9: (s**4 - 6.0 * s * s + 3.0, 4.0 * s**3 - 12.0 * s),
+    }
+    if code == 3:
+        from scipy.special import erf
+
+        return erf(s), table[3][1]
+    if code == 4:
+        q = 1.0 / (1.0 + np.exp(-s))
+        return q, q * (1.0 - q)
+    if code in (10, 11, 12):
+        v, dv = table[code - 3]
+        c = {10: _SQ2, 11: _SQ6, 12: _SQ24}[code]
+        return v / c, dv / c
+    return table[code]
+
+
+# =========================================================================== heads
+
+
+@numba.njit(cache=True)
+def head_grad(head, z, y, Rm, act, delta, work):
+    """Loss l and delta = dl/dz (written into ``delta``) for one sample.
+
+    z (L,), y (k,) target (k = L*L for HEAD_MATRIX, 1 otherwise), Rm (L, L) reduction matrix,
+    work (L, L) scratch.
+    """
+    L = z.shape[0]
+    if head == HEAD_NETWORK:
+        s = 0.0
+        for l in range(L):
+            s += z[l]
+        s /= math.sqrt(L)
+        f = act_value(act, s)
+        r = y[0] - f
+        g = -2.0 * r * act_deriv(act, s) / math.sqrt(L)
+        for l in range(L):
+            delta[l] = g
+        return r * r
+    # attention: S = softmax_row(z z^T) stored in work
+    for i in range(L):
+        mx = -np.inf
+        for j in range(L):
+            a = z[i] * z[j]
+            work[i, j] = a
+            if a > mx:
+                mx = a
+        tot = 0.0
+        for j in range(L):
+            v = math.exp(work[i, j] - mx)
+            work[i, j] = v
+            tot += v
+        for j in range(L):
+            work[i, j] /= tot
+    loss = 0.0
+    fval = 0.0
+    if head == HEAD_FUNCTIONAL:
+        for i in range(L):
+            for j in range(L):
+                fval += Rm[i, j] * work[i, j]
+        r0 = y[0] - fval
+        loss = r0 * r0
+    for l in range(L):
+        delta[l] = 0.0
+    for i in range(L):
+        # D_ij = dl/dS_ij ; GA_ij = S_ij (D_ij - sum_k D_ik S_ik)
+        dot = 0.0
+        for j in range(L):
+            if head == HEAD_MATRIX:
+                rij = y[i * L + j] - work[i, j]
+                loss += rij * rij
+                Dij = -2.0 * rij
+            else:
+                Dij = -2.0 * r0 * Rm[i, j]
+            dot += Dij * work[i, j]
+        for j in range(L):
+            if head == HEAD_MATRIX:
+                Dij = -2.0 * (y[i * L + j] - work[i, j])
+            else:
+                Dij = -2.0 * r0 * Rm[i, j]
+            ga = work[i, j] * (Dij - dot)
+            # A_ij = z_i z_j: dA_ij/dz_i = z_j, dA_ij/dz_j = z_i
+            delta[i] += ga * z[j]
+            delta[j] += ga * z[i]
+    return loss
+
+
+def head_grad_numpy(head, z, y, Rm, act):
+    """numpy reference of :func:`head_grad`: returns (loss, delta)."""
+    z = np.asarray(z, dtype=float)
+    L = z.shape[0]
+    if head == HEAD_NETWORK:
+        s = z.sum() / np.sqrt(L)
+        f, df = act_numpy(act, s)
+        r = y[0] - f
+        return float(r * r), np.full(L, -2.0 * r * df / np.sqrt(L))
+    A = np.outer(z, z)
+    S = np.exp(A - A.max(axis=1, keepdims=True))
+    S /= S.sum(axis=1, keepdims=True)
+    if head == HEAD_MATRIX:
+        Y = np.asarray(y, dtype=float).reshape(L, L)
+        loss = float(((Y - S) ** 2).sum())
+        D = -2.0 * (Y - S)
+    else:
+        r = y[0] - float((Rm * S).sum())
+        loss = r * r
+        D = -2.0 * r * Rm
+    GA = S * (D - (D * S).sum(axis=1, keepdims=True))
+    delta = (GA + GA.T) @ z
+    return loss, delta
+
+
+# =========================================================================== full-d kernel
+
+
+@numba.njit(cache=True)
+def full_chunk(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+    """Run ``G.shape[0]`` SGD steps in place on ``W`` (rows on the sqrt(d)-sphere).
+
+    W (R, d): R = 1 (attention / tied) or L (untied).  ustar (d,) = w*/sqrt(d).  Qp (k, d)
+    orthonormal basis of span(P) (k = 0 without encoding), Bpe (L, k) with P_l = sum_j Bpe[l, j]
+    Qp[j].  G (n, L, d) standard normals, zstar (n, L) target pre-activations, Y (n, k_out).
+    The token row of step t is x_l = G[t, l] / sqrt(d) with its component along ustar replaced
+    by zstar[t, l] / sqrt(d) (same law as a fresh N(0, I/d) row, and x_l . w* = zstar[t, l]).
+    C (R, 1 + k) holds on entry and exit the frame coordinates (w . ustar, w . Qp_j) / sqrt(d) of
+    each row.  Weak recovery: ||C[0]||^2 >= eta2 (tied/attention) or sum_l C[l, 0]^2 / L >= eta2
+    (untied).  Returns (index of the first step after which recovery holds or -1, sum of losses).
+    """
+    n, L, d = G.shape
+    R = W.shape[0]
+    k = Qp.shape[0]
+    sd = math.sqrt(d)
+    isd = 1.0 / sd
+    delta = np.empty(L)
+    work = np.empty((L, L))
+    z = np.empty(L)
+    gdu = np.empty(L)
+    corr = np.empty(L)
+    dots = np.empty(1 + k)
+    pjs = np.empty(max(k, 1))
+    hit = -1
+    loss_sum = 0.0
+    for t in range(n):
+        # ---- forward: z_l = x_l . w_r + P_l . w_r / sqrt(d)
+        for l in range(L):
+            r = l if untied else 0
+            a = 0.0
+            b = 0.0
+            for i in range(d):
+                g = G[t, l, i]
+                a += g * ustar[i]
+                b += g * W[r, i]
+            a *= isd
+            b *= isd
+            corr[l] = zstar[t, l] * isd - a      # x_l = G/sqrt(d) + corr_l ustar
+            # ustar . w_r = sqrt(d) C[r, 0]
+            zl = b + corr[l] * sd * C[r, 0]
+            if not untied:
+                for j in range(k):
+                    zl += Bpe[l, j] * C[r, 1 + j]     # P_l . w / sqrt(d) = e_l
+            z[l] = zl
+            gdu[l] = a
+        loss_sum += head_grad(head, z, Y[t], Rm, act, delta, work)
+        # ---- update + renormalisation, fused with the new frame coordinates
+        for r in range(R):
+            for j in range(1 + k):
+                dots[j] = 0.0
+            nrm = 0.0
+            if untied:
+                cu = gamma * delta[r] * corr[r]
+                gd = gamma * delta[r] * isd
+                for i in range(d):
+                    wi = W[r, i] - gd * G[t, r, i] - cu * ustar[i]
+                    W[r, i] = wi
+                    nrm += wi * wi
+                    dots[0] += wi * ustar[i]
+            else:
+                cu = 0.0
+                for l in range(L):
+                    cu += delta[l] * corr[l]
+                cu *= gamma
+                for j in range(k):
+                    pj = 0.0
+                    for l in range(L):
+                        pj += delta[l] * Bpe[l, j]
+                    pjs[j] = gamma * isd * pj
+                for i in range(d):
+                    s = 0.0
+                    for l in range(L):
+                        s += delta[l] * G[t, l, i]
+                    wi = W[r, i] - gamma * isd * s - cu * ustar[i]
+                    for j in range(k):
+                        wi -= pjs[j] * Qp[j, i]
+                    W[r, i] = wi
+                    nrm += wi * wi
+                    dots[0] += wi * ustar[i]
+                    for j in range(k):
+                        dots[1 + j] += wi * Qp[j, i]
+            scale = sd / math.sqrt(nrm)
+            for i in range(d):
+                W[r, i] *= scale
+            for j in range(1 + k):
+                C[r, j] = dots[j] * scale * isd
+        if hit < 0:
+            if untied:
+                q = 0.0
+                for r in range(R):
+                    q += C[r, 0] * C[r, 0]
+                q /= R
+            else:
+                q = 0.0
+                for j in range(1 + k):
+                    q += C[0, j] * C[0, j]
+            if q >= eta2:
+                hit = t
+    return hit, loss_sum
+
+
+def full_chunk_numpy(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+    """Plain numpy reference of :func:`full_chunk` (same arguments, same in-place effect)."""
+    n, L, d = G.shape
+    hit = -1
+    loss_sum = 0.0
+    P = Bpe @ Qp if Qp.shape[0] else np.zeros((L, d))
+    for t in range(n):
+        X = G[t] / np.sqrt(d)
+        X = X + np.outer(zstar[t] / np.sqrt(d) - X @ ustar, ustar)
+        if untied:
+            z = np.einsum("ld,ld->l", X, W)
+        else:
+            z = (X + P / np.sqrt(d)) @ W[0]
+        loss, delta = head_grad_numpy(head, z, Y[t], Rm, act)
+        loss_sum += loss
+        if untied:
+            W -= gamma * delta[:, None] * X
+        else:
+            W[0] -= gamma * (delta @ (X + P / np.sqrt(d)))
+        W *= np.sqrt(d) / np.linalg.norm(W, axis=1, keepdims=True)
+        C[:, 0] = W @ ustar / np.sqrt(d)
+        if Qp.shape[0]:
+            C[:, 1:] = W @ Qp.T / np.sqrt(d)
+        q = (C[:, 0] ** 2).mean() if untied else (C[0] ** 2).sum()
+        if hit < 0 and q >= eta2:
+            hit = t
+    return hit, loss_sum
+
+
+# =========================================================================== reduced kernel
+
+
+@numba.njit(cache=True)
+def reduced_chunk(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta2):
+    """Run ``alpha.shape[0]`` steps of the exact reduced chain in place on (C, rr).
+
+    C (R, 1 + k): frame coordinates c (c[0] = m, c[1:] = coordinates along the orthonormal
+    encoding directions) of each student row; rr (R,) = norm of the rest (||c||^2 + rr^2 = 1).
+    alpha (n, L, 1 + k), beta (n, L) standard normals (alpha[:, :, 0] = z*), chi (n, R)
+    chi-square(d - k - 2) variables, Y (n, k_out) targets, h = gamma / d.
+    See ``theory.simulate.reduced`` for the derivation.  Returns (first recovery index or -1,
+    sum of losses).
+    """
+    n = alpha.shape[0]
+    L = alpha.shape[1]
+    k1 = alpha.shape[2]
+    R = C.shape[0]
+    delta = np.empty(L)
+    work = np.empty((L, L))
+    z = np.empty(L)
+    cn = np.empty(k1)
+    hit = -1
+    loss_sum = 0.0
+    for t in range(n):
+        for l in range(L):
+            r = l if untied else 0
+            zl = rr[r] * beta[t, l]
+            for j in range(k1):
+                zl += alpha[t, l, j] * C[r, j]
+            if not untied:
+                for j in range(k1 - 1):
+                    zl += Bpe[l, j] * C[r, 1 + j]
+            z[l] = zl
+        loss_sum += head_grad(head, z, Y[t], Rm, act, delta, work)
+        for r in range(R):
+            if untied:
+                dl = delta[r]
+                cn[0] = C[r, 0] - h * dl * alpha[t, r, 0]
+                rp = rr[r] - h * dl * beta[t, r]
+                rem = h * h * dl * dl * chi[t, r]
+            else:
+                sb = 0.0
+                d2 = 0.0
+                for l in range(L):
+                    sb += delta[l] * beta[t, l]
+                    d2 += delta[l] * delta[l]
+                for j in range(k1):
+                    s = 0.0
+                    for l in range(L):
+                        s += delta[l] * alpha[t, l, j]
+                        if j > 0:
+                            s += delta[l] * Bpe[l, j - 1]
+                    cn[j] = C[r, j] - h * s
+                rp = rr[r] - h * sb
+                rem = h * h * d2 * chi[t, r]
+            perp2 = rp * rp + rem
+            nrm2 = perp2
+            kk = 1 if untied else k1
+            for j in range(kk):
+                nrm2 += cn[j] * cn[j]
+            inv = 1.0 / math.sqrt(nrm2)
+            for j in range(kk):
+                C[r, j] = cn[j] * inv
+            rr[r] = math.sqrt(perp2) * inv
+        if hit < 0:
+            q = 0.0
+            if untied:
+                for r in range(R):
+                    q += C[r, 0] * C[r, 0]
+                q /= R
+            else:
+                for j in range(k1):
+                    q += C[0, j] * C[0, j]
+            if q >= eta2:
+                hit = t
+    return hit, loss_sum
+
+
+def reduced_chunk_numpy(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta2):
+    """Plain numpy reference of :func:`reduced_chunk`."""
+    n, L, k1 = alpha.shape
+    hit = -1
+    loss_sum = 0.0
+    Bfull = np.zeros((L, k1))
+    Bfull[:, 1:] = Bpe
+    for t in range(n):
+        if untied:
+            z = alpha[t, :, 0] * C[:, 0] + rr * beta[t]
+        else:
+            z = alpha[t] @ C[0] + Bfull @ C[0] + rr[0] * beta[t]
+        loss, delta = head_grad_numpy(head, z, Y[t], Rm, act)
+        loss_sum += loss
+        if untied:
+            cn = C[:, 0] - h * delta * alpha[t, :, 0]
+            rp = rr - h * delta * beta[t]
+            rem = h * h * delta**2 * chi[t]
+            nrm = np.sqrt(cn**2 + rp**2 + rem)
+            C[:, 0] = cn / nrm
+            rr[:] = np.sqrt(rp**2 + rem) / nrm
+        else:
+            cn = C[0] - h * (delta @ (alpha[t] + Bfull))
+            rp = rr[0] - h * delta @ beta[t]
+            rem = h * h * (delta @ delta) * chi[t, 0]
+            nrm = np.sqrt(cn @ cn + rp**2 + rem)
+            C[0] = cn / nrm
+            rr[0] = np.sqrt(rp**2 + rem) / nrm
+        q = (C[:, 0] ** 2).mean() if untied else (C[0] ** 2).sum()
+        if hit < 0 and q >= eta2:
+            hit = t
+    return hit, loss_sum
