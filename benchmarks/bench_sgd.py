@@ -83,9 +83,9 @@ def main(argv=None):
     rows = []
     for d in (1000, 10_000):
         nb = int(20000 * scale * 1000 / d) + 200
-        base = rate(lambda n: baseline_loop(d, n), nb)
-        ours = rate(lambda n: simulate_sgd(spec, d, LR, 1, steps=n, n_record=20, start="origin"),
-                    4 * nb)
+        base = rate(lambda n, d=d: baseline_loop(d, n), nb)
+        ours = rate(lambda n, d=d: simulate_sgd(spec, d, LR, 1, steps=n, n_record=20,
+                                                start="origin"), 4 * nb)
         rows.append((d, base, ours))
         print(f"{d:>8} {base:>12.0f} {ours:>12.0f} {ours / base:>8.1f}x")
     print("\nreduced chain (steps/s; independent of d)")
@@ -96,7 +96,7 @@ def main(argv=None):
     n = int(2_000_000 * scale)
     for name, sp_ in (("attention PS target", spec), ("tied ReLU, sum He2", tied)):
         for d in (1000, 10**6):
-            r = rate(lambda k: simulate_reduced(sp_, d, LR, 2, steps=k, n_record=20,
+            r = rate(lambda k, s_=sp_, d=d: simulate_reduced(s_, d, LR, 2, steps=k, n_record=20,
                                                 start="origin"), n)
             print(f"{name:>22}  d={d:>8}: {r:>12.3g} steps/s")
     return rows
