@@ -294,3 +294,15 @@ def test_expect_errors():
         expect(f, np.zeros(2), np.eye(3))
     with pytest.raises(ValueError, match="shape"):
         expect(lambda z: np.ones(3), dim=1, method="gh", n=5)
+
+
+@pytest.mark.slow
+def test_mc_parallel_kernel_identical_to_serial():
+    # same chunks, same per-chunk seeds: identical sums whatever the thread count
+    C = np.array([[1.0, 0.2, 0.1], [0.2, 1.5, 0.0], [0.1, 0.0, 0.7]])
+    a = expect(_smooth_jit, None, C, method="mc", n=100_003, rng=21)
+    b = expect(_smooth_jit, None, C, method="mc", n=100_003, rng=21, parallel=True)
+    assert a.value == pytest.approx(b.value, rel=1e-12) and a.error == pytest.approx(b.error)
+    a = expect(_vec_jit, None, C, method="mc", n=70_000, rng=22)
+    b = expect(_vec_jit, None, C, method="mc", n=70_000, rng=22, parallel=True)
+    np.testing.assert_allclose(a.value, b.value, rtol=1e-12)

@@ -11,8 +11,9 @@ Three estimators behind one call, :func:`expect`:
            error = their standard error.
 ``"mc"``   plain Monte Carlo with ``n`` samples and the standard error.  When ``f`` is a numba
            ``@njit`` function of one vector ``z`` (shape ``(dim,)``) returning a float or a 1-D
-           array, samples are drawn and reduced inside a parallel numba kernel without storing
-           them (seeded per chunk: reproducible whatever the thread count).  Otherwise ``f`` is
+           array, samples are drawn and reduced inside a numba kernel without storing them
+           (seeded per chunk of 2^15 samples: serial and ``parallel=True`` runs give identical
+           numbers).  Otherwise ``f`` is
            evaluated vectorised on chunks of ``(chunk, dim)`` samples.
 
 Conventions: ``f`` (for "gh", "qmc" and the numpy "mc" path) takes an array of shape
@@ -29,8 +30,8 @@ from functools import lru_cache
 
 import numba
 import numpy as np
-from scipy.stats import qmc as _qmc
 from scipy.special import ndtri
+from scipy.stats import qmc as _qmc
 
 from theory._util import as_rng, seed_int
 
@@ -94,7 +95,10 @@ def _gh_tensor_cached(n: int, dim: int):
 
 
 def gh_tensor(n: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tensor-product rule for N(0, I_dim): nodes ``(n**dim, dim)``, weights ``(n**dim,)`` (cached)."""
+    """Tensor-product rule for N(0, I_dim): nodes ``(n**dim, dim)``, weights ``(n**dim,)``.
+
+    Cached; the arrays are read-only.
+    """
     n, dim = int(n), int(dim)
     if dim < 1:
         raise ValueError(f"dimension must be >= 1, got {dim}")
@@ -234,80 +238,117 @@ def _expect_mc_numpy(f, mean, root, n, rng, chunk=2**16):
 _MC_CHUNK = 2**15
 
 
+@numba.njit(cache=True, inline="always")
+def _draw(mean, root, u, z):
+    dim = mean.shape[0]
+    for j in range(dim):
+        u[j] = np.random.standard_normal()
+    for j in range(dim):
+        acc = mean[j]
+        for k in range(dim):
+            acc += root[j, k] * u[k]
+        z[j] = acc
+
+
+@numba.njit(cache=True, inline="always")
+def _chunk_scalar(f, mean, root, n, seed, shift, c):
+    np.random.seed((seed + 7919 * c) % 4294967295)
+    dim = mean.shape[0]
+    u = np.empty(dim)
+    z = np.empty(dim)
+    lo = c * _MC_CHUNK
+    hi = min(n, lo + _MC_CHUNK)
+    s = 0.0
+    s2 = 0.0
+    for _ in range(lo, hi):
+        _draw(mean, root, u, z)
+        v = f(z) - shift
+        s += v
+        s2 += v * v
+    return s, s2
+
+
+@numba.njit(cache=True, inline="always")
+def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
+    np.random.seed((seed + 7919 * c) % 4294967295)
+    dim = mean.shape[0]
+    u = np.empty(dim)
+    z = np.empty(dim)
+    lo = c * _MC_CHUNK
+    hi = min(n, lo + _MC_CHUNK)
+    for _ in range(lo, hi):
+        _draw(mean, root, u, z)
+        v = f(z)
+        for q in range(shift.shape[0]):
+            d = v[q] - shift[q]
+            out[q] += d
+            out2[q] += d * d
+
+
+@numba.njit(cache=True)
+def _mc_kernel_scalar_serial(f, mean, root, n, seed, shift):
+    """MC of a scalar jitted f, one thread; returns (sum, sum of squares) of f - shift."""
+    nchunk = (n + _MC_CHUNK - 1) // _MC_CHUNK
+    s = 0.0
+    s2 = 0.0
+    for c in range(nchunk):
+        a, b = _chunk_scalar(f, mean, root, n, seed, shift, c)
+        s += a
+        s2 += b
+    return s, s2
+
+
 @numba.njit(cache=True, parallel=True)
 def _mc_kernel_scalar(f, mean, root, n, seed, shift):
-    """Parallel MC of a scalar jitted f; returns (sum, sum of squares) of f - shift."""
-    dim = mean.shape[0]
+    """Parallel MC of a scalar jitted f (same chunks and seeds as the serial kernel)."""
     nchunk = (n + _MC_CHUNK - 1) // _MC_CHUNK
     sums = np.zeros(nchunk)
     sums2 = np.zeros(nchunk)
     for c in numba.prange(nchunk):
-        np.random.seed((seed + 7919 * c) % 4294967295)
-        u = np.empty(dim)
-        z = np.empty(dim)
-        lo = c * _MC_CHUNK
-        hi = min(n, lo + _MC_CHUNK)
-        s = 0.0
-        s2 = 0.0
-        for _ in range(lo, hi):
-            for j in range(dim):
-                u[j] = np.random.standard_normal()
-            for j in range(dim):
-                acc = mean[j]
-                for k in range(dim):
-                    acc += root[j, k] * u[k]
-                z[j] = acc
-            v = f(z) - shift
-            s += v
-            s2 += v * v
-        sums[c] = s
-        sums2[c] = s2
+        a, b = _chunk_scalar(f, mean, root, n, seed, shift, c)
+        sums[c] = a
+        sums2[c] = b
     return sums.sum(), sums2.sum()
+
+
+@numba.njit(cache=True)
+def _mc_kernel_vector_serial(f, mean, root, n, seed, shift):
+    k_out = shift.shape[0]
+    nchunk = (n + _MC_CHUNK - 1) // _MC_CHUNK
+    sums = np.zeros((nchunk, k_out))
+    sums2 = np.zeros((nchunk, k_out))
+    for c in range(nchunk):
+        _chunk_vector(f, mean, root, n, seed, shift, c, sums[c], sums2[c])
+    return sums.sum(axis=0), sums2.sum(axis=0)
 
 
 @numba.njit(cache=True, parallel=True)
 def _mc_kernel_vector(f, mean, root, n, seed, shift):
     """Parallel MC of a vector-valued jitted f (1-D output)."""
-    dim = mean.shape[0]
     k_out = shift.shape[0]
     nchunk = (n + _MC_CHUNK - 1) // _MC_CHUNK
     sums = np.zeros((nchunk, k_out))
     sums2 = np.zeros((nchunk, k_out))
     for c in numba.prange(nchunk):
-        np.random.seed((seed + 7919 * c) % 4294967295)
-        u = np.empty(dim)
-        z = np.empty(dim)
-        lo = c * _MC_CHUNK
-        hi = min(n, lo + _MC_CHUNK)
-        for _ in range(lo, hi):
-            for j in range(dim):
-                u[j] = np.random.standard_normal()
-            for j in range(dim):
-                acc = mean[j]
-                for k in range(dim):
-                    acc += root[j, k] * u[k]
-                z[j] = acc
-            v = f(z)
-            for q in range(k_out):
-                d = v[q] - shift[q]
-                sums[c, q] += d
-                sums2[c, q] += d * d
+        _chunk_vector(f, mean, root, n, seed, shift, c, sums[c], sums2[c])
     return sums.sum(axis=0), sums2.sum(axis=0)
 
 
 def is_jitted(f) -> bool:
+    """True for a numba ``@njit`` dispatcher (the "mc" path then runs inside numba)."""
     return isinstance(f, numba.core.registry.CPUDispatcher)
 
 
-def _expect_mc_numba(f, mean, root, n, rng):
+def _expect_mc_numba(f, mean, root, n, rng, parallel=False):
     seed = seed_int(rng) % 4294967295
     first = f(mean.copy())
     if np.ndim(first) == 0:
         shift = float(first)
-        s, s2 = _mc_kernel_scalar(f, mean, root, n, seed, shift)
+        ker = _mc_kernel_scalar if parallel else _mc_kernel_scalar_serial
     else:
         shift = np.asarray(first, dtype=float).ravel()
-        s, s2 = _mc_kernel_vector(f, mean, root, n, seed, shift)
+        ker = _mc_kernel_vector if parallel else _mc_kernel_vector_serial
+    s, s2 = ker(f, mean, np.ascontiguousarray(root), n, seed, shift)
     mu = s / n
     var = np.maximum(s2 / n - mu**2, 0.0) * n / max(n - 1, 1)
     return shift + mu, np.sqrt(var / n), n
@@ -323,6 +364,7 @@ def expect(
     n: int | None = None,
     rng=None,
     n_rep: int = QMC_DEFAULT_REP,
+    parallel: bool = False,
 ) -> Expectation:
     """E f(z) for z ~ N(mean, cov), with an error estimate.
 
@@ -331,7 +373,7 @@ def expect(
     f : callable
         Vectorised: ``f(z)`` with ``z`` of shape ``(N, dim)`` returns ``(N,)`` or ``(N, ...)``.
         For ``method="mc"`` a numba ``@njit`` function of a single ``z`` of shape ``(dim,)``
-        (returning a float or a 1-D array) is run in a parallel numba kernel instead.
+        (returning a float or a 1-D array) is run in a numba kernel instead (see ``parallel``).
     mean, cov : array_like, optional
         Mean ``(dim,)`` (default 0) and covariance ``(dim, dim)`` (default identity).
     dim : int, optional
@@ -345,6 +387,11 @@ def expect(
         Seed for "qmc" and "mc" (required there).
     n_rep : int
         Independent scramblings for "qmc" (default 8).
+    parallel : bool
+        Numba "mc" path only: run the chunks on all threads (``prange``).  Off by default: the
+        parallel kernel takes ~10 s to compile per process and per ``f`` (numba cannot cache
+        kernels that receive a function argument), the serial one ~1-3 s.  Both use the same
+        chunks and seeds, so they return identical numbers.
 
     Returns
     -------
@@ -372,7 +419,7 @@ def expect(
         if n < 2:
             raise ValueError("mc needs n >= 2 samples")
         if is_jitted(f):
-            value, error, evals = _expect_mc_numba(f, mean, root, n, rng)
+            value, error, evals = _expect_mc_numba(f, mean, root, n, rng, parallel)
         else:
             value, error, evals = _expect_mc_numpy(f, mean, root, n, rng)
     _check_finite(value, method)
