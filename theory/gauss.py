@@ -242,7 +242,7 @@ _MC_CHUNK = 2**15
 def _draw(mean, root, u, z):
     dim = mean.shape[0]
     for j in range(dim):
-        u[j] = np.random.standard_normal()
+        u[j] = np.random.standard_normal()  # noqa: NPY002 (numba per-thread state, seeded)
     for j in range(dim):
         acc = mean[j]
         for k in range(dim):
@@ -252,7 +252,7 @@ def _draw(mean, root, u, z):
 
 @numba.njit(cache=True, inline="always")
 def _chunk_scalar(f, mean, root, n, seed, shift, c):
-    np.random.seed((seed + 7919 * c) % 4294967295)
+    np.random.seed((seed + 7919 * c) % 4294967295)  # noqa: NPY002 (numba-internal)
     dim = mean.shape[0]
     u = np.empty(dim)
     z = np.empty(dim)
@@ -270,7 +270,7 @@ def _chunk_scalar(f, mean, root, n, seed, shift, c):
 
 @numba.njit(cache=True, inline="always")
 def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
-    np.random.seed((seed + 7919 * c) % 4294967295)
+    np.random.seed((seed + 7919 * c) % 4294967295)  # noqa: NPY002 (numba-internal)
     dim = mean.shape[0]
     u = np.empty(dim)
     z = np.empty(dim)
