@@ -1,0 +1,120 @@
+"""Vectorised numpy kernels of the SSI/attention models (shapes in every docstring).
+
+* :func:`attention_jac`: A = softmax_row(z z^T) and dA/dz for any L.
+* activations of the tied/untied networks: sigma and sigma'.
+* multi-index Hermite tables He_alpha(z) (probabilists').
+
+No temperature inside the softmax (spec section 1).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from scipy.special import erf
+
+
+def attention_scores(z: np.ndarray) -> np.ndarray:
+    """A = softmax_row(z z^T): z (N, L) -> (N, L, L) (numerically stable row softmax)."""
+    z = np.asarray(z, dtype=float)
+    M = z[:, :, None] * z[:, None, :]
+    M = M - M.max(axis=2, keepdims=True)
+    E = np.exp(M)
+    return E / E.sum(axis=2, keepdims=True)
+
+
+def attention_jac(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A (N, L, L) and dA (N, L, L, L) with dA[n, i, j, l] = dA_ij / dz_l.
+
+    log A_ij = z_i z_j - log sum_k exp(z_i z_k), so
+    dA_ij/dz_l = A_ij [ delta_il (z_j - mu_i) + z_i (delta_jl - A_il) ],  mu_i = sum_k A_ik z_k.
+    """
+    z = np.asarray(z, dtype=float)
+    N, L = z.shape
+    A = attention_scores(z)
+    mu = np.einsum("nik,nk->ni", A, z)
+    eye = np.eye(L)
+    # term1[n,i,j,l] = delta_il (z_j - mu_i)
+    t1 = eye[None, :, None, :] * (z[:, None, :] - mu[:, :, None])[:, :, :, None]
+    # term2[n,i,j,l] = z_i (delta_jl - A_il)
+    t2 = z[:, :, None, None] * (eye[None, None, :, :] - A[:, :, None, :])
+    return A, A[..., None] * (t1 + t2)
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def _relu(x):
+    return np.maximum(x, 0.0)
+
+
+def _relu_d(x):
+    return (x > 0).astype(float)
+
+
+def _sig(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+ACTIVATIONS = {
+    "relu": (_relu, _relu_d, (0.0,)),
+    "linear": (lambda x: x, lambda x: np.ones_like(x), ()),
+    "tanh": (np.tanh, lambda x: 1.0 - np.tanh(x) ** 2, ()),
+    "erf": (erf, lambda x: 2.0 / math.sqrt(math.pi) * np.exp(-x * x), ()),
+    "sigmoid": (_sig, lambda x: _sig(x) * (1.0 - _sig(x)), ()),
+    "square": (lambda x: x * x, lambda x: 2.0 * x, ()),
+    "he2": (lambda x: x * x - 1.0, lambda x: 2.0 * x, ()),
+    "abs": (np.abs, np.sign, (0.0,)),
+}
+
+
+def activation(name: str):
+    """(sigma, sigma', kinks) for a named activation (ValueError listing the known names)."""
+    key = str(name).lower()
+    if key not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[key]
+
+
+# --------------------------------------------------------------------------- Hermite tables
+
+
+def he_table(x: np.ndarray, kmax: int) -> np.ndarray:
+    """He_0..He_kmax at x: (N,) -> (kmax+1, N) (three-term recurrence)."""
+    x = np.asarray(x, dtype=float)
+    out = np.empty((kmax + 1,) + x.shape)
+    out[0] = 1.0
+    if kmax >= 1:
+        out[1] = x
+    for k in range(1, kmax):
+        out[k + 1] = x * out[k] - k * out[k - 1]
+    return out
+
+
+def he_multi(z: np.ndarray, alphas: list[tuple]) -> np.ndarray:
+    """He_alpha(z) for a list of multi-indices: z (N, L) -> (N, len(alphas))."""
+    z = np.asarray(z, dtype=float)
+    if not alphas:
+        return np.ones((z.shape[0], 0))
+    kmax = max(max(a) for a in alphas)
+    tabs = [he_table(z[:, l], kmax) for l in range(z.shape[1])]
+    out = np.ones((z.shape[0], len(alphas)))
+    for j, a in enumerate(alphas):
+        for l, q in enumerate(a):
+            if q:
+                out[:, j] *= tabs[l][q]
+    return out
+
+
+def multi_indices(L: int, kmax: int) -> list[tuple]:
+    """All alpha in N^L with |alpha| <= kmax, ordered by total degree."""
+    out = []
+    for k in range(kmax + 1):
+        for c in itertools.combinations_with_replacement(range(L), k):
+            a = [0] * L
+            for i in c:
+                a[i] += 1
+            out.append(tuple(a))
+    return out
