@@ -34,7 +34,7 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
 
     from theory.simulate.histogram import CHANCE_ACCURACY
 
-    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax_acc, ax_err, ax_loss) = plt.subplots(1, 3, figsize=(16, 4.4))
     for variant, results in runs.items():
         c = COLORS.get(variant)
         n_ep = min(len(r.history["epoch"]) for r in results)
@@ -42,10 +42,11 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
         for key, ls, lab in (("val", "-", "validation"), ("train", "--", "train")):
             acc = np.array([r.history[f"{key}_accuracy"][:n_ep] for r in results])
             loss = np.array([r.history[f"{key}_loss"][:n_ep] for r in results])
-            for ax, arr in ((ax_acc, acc), (ax_loss, loss)):
+            for ax, arr in ((ax_acc, acc), (ax_err, 1 - acc), (ax_loss, loss)):
                 mean = arr.mean(0)
                 ax.plot(ep, mean, ls=ls, color=c, lw=1.5,
-                        label=f"{variant}, {lab} (simulation, {len(results)} seeds)")
+                        label=f"{variant}, {lab} (simulation, {len(results)} "
+                              f"seed{'s' if len(results) > 1 else ''})")
                 if len(results) > 1:
                     ax.fill_between(ep, arr.min(0), arr.max(0), color=c, alpha=0.2, lw=0)
     ax_acc.axhline(CHANCE_ACCURACY, color="gray", ls=":", lw=1,
@@ -54,12 +55,19 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
     ax_acc.set_ylabel("per-token accuracy (fraction of counts exactly right)")
     ax_acc.set_ylim(0.5, 1.005)
     ax_acc.legend(fontsize=7, loc="lower right")
+    ax_err.set_yscale("log")
+    ax_err.set_xlabel("epoch")
+    ax_err.set_ylabel("per-token error rate 1 - accuracy")
+    ax_err.legend(fontsize=7, loc="upper right")
     ax_loss.set_yscale("log")
     ax_loss.set_xlabel("epoch")
     ax_loss.set_ylabel("cross-entropy per token (nats)")
     ax_loss.legend(fontsize=7, loc="upper right")
-    for ax in (ax_acc, ax_loss):
+    n_max = max(len(r.history["epoch"]) for res in runs.values() for r in res)
+    for ax in (ax_acc, ax_err, ax_loss):
         ax.grid(alpha=0.3)
+        if n_max > 50:
+            ax.set_xscale("log")
     fig.suptitle(title or "histogram task: one attention layer, semantic vs positional "
                  "(shaded: min..max over seeds)", fontsize=10)
     fig.tight_layout()
