@@ -376,3 +376,14 @@ def test_semantic_model_attends_to_equal_tokens(quick_models, small_data):
     v, b = same_token_mass(theta, H.encode("BBCCDDBBBB")[None], "both")
     expected = np.mean([5 / 9] * 6 + [1 / 9] * 4)
     assert v == pytest.approx(expected) and b == pytest.approx(expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["semantic", "positional"])
+def test_full_data_reaches_99_percent(variant):
+    # the spec's setting (50 000 sequences, Adam lr 1e-3, batch 32) cut to 12 epochs: the
+    # full 200-epoch runs (BENCHMARKS.md) pass 99 % within the first 5-10 epochs; 15 000
+    # validation sequences -> 150 000 tokens, binomial SE of an accuracy near 0.99 is 2.6e-4
+    data = H.make_data(50_000, rng=0)
+    res = H.train(data, variant, 12, seed=0, progress=False)
+    assert res.val_accuracy >= 0.99, res.history["val_accuracy"]
