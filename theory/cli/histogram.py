@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from theory.cli._common import add_json, emit
+from theory.simulate.histogram import blas_threads
 
 DEFAULT_SEQUENCES = "BBCCDDBBBB,LMDMMMAHHB,ONMLKJIHGF"
 
@@ -54,6 +55,7 @@ def _train(args, variant, data=None):
                  progress=not args.no_progress), data
 
 
+@blas_threads(1)
 def _cmd_train(args):
     from theory.simulate.histogram import save_model
 
@@ -72,6 +74,7 @@ def _cmd_train(args):
     return 0 if res.status == "ok" else 1
 
 
+@blas_threads(1)
 def _cmd_stationarity(args):
     from theory.simulate.histogram import load_model, stationarity
 
@@ -107,6 +110,7 @@ def _cmd_stationarity(args):
     return 0 if res.status == "ok" else 1
 
 
+@blas_threads(1)
 def _cmd_attention(args):
     from theory.plots.histogram import plot_attention_maps
     from theory.simulate.histogram import attention, encode

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from theory.plots import use_agg
+from theory.simulate.histogram import blas_threads
 
 SEQUENCES = ("BBCCDDBBBB", "LMDMMMAHHB", "ONMLKJIHGF")
 QUICK = dict(n_sequences=10_000, epochs=20, seeds=(0, 1))
@@ -181,6 +182,7 @@ def _how(cfg, data, quick):
             f"batch 32, {cfg['epochs']} epochs, seeds {list(cfg['seeds'])}; mean over seeds")
 
 
+@blas_threads(1)
 def fig_learning_curves(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
     runs, data, cfg = _runs(out_dir, quick)
@@ -198,6 +200,7 @@ def fig_learning_curves(out_dir, quick: bool) -> dict:
     return dict(files=[out], numbers=numbers)
 
 
+@blas_threads(1)
 def fig_attention_maps(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
     runs, data, cfg = _runs(out_dir, quick)

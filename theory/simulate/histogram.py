@@ -34,6 +34,7 @@ Chance level: the majority class (count 1) has probability (14/15)^9 = 0.537 per
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -108,9 +109,9 @@ def _openblas_handles():
     return None
 
 
-class blas_threads:
-    """Context manager limiting numpy's bundled OpenBLAS to ``n`` threads (no-op if the library
-    is not found or ``n`` is None)."""
+class blas_threads(contextlib.ContextDecorator):
+    """Context manager (or decorator) limiting numpy's bundled OpenBLAS to ``n`` threads (no-op
+    if the library is not found or ``n`` is None)."""
 
     def __init__(self, n: int | None = 1):
         self.n = n
@@ -679,6 +680,7 @@ class StationarityResult(Result):
     block_distances: dict = field(default_factory=dict)
 
 
+@blas_threads(1)
 def stationarity(trained: HistogramTrainResult, data: HistogramData, *,
                  retrain_epochs: int = 10, noise: float = 1e-3, lr: float = 1e-3,
                  seed=0, batch_size: int = 32, checkpoint=None,
