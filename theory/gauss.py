@@ -236,53 +236,142 @@ def _expect_mc_numpy(f, mean, root, n, rng, chunk=2**16):
 
 
 _MC_CHUNK = 2**15
+_BLOCK = 512  # samples whose normals are generated in one Box-Muller block
+
+# Random numbers of the numba MC path: xoshiro256** (Blackman & Vigna), seeded per chunk through
+# splitmix64 from (seed, chunk index), uniforms in (0, 1) from the top 53 bits, normals by
+# Box-Muller in blocks.  About 3x faster than numba's np.random.standard_normal and independent
+# of the thread that runs the chunk.
+_U64 = np.uint64
 
 
 @numba.njit(cache=True, inline="always")
-def _draw(mean, root, u, z):
+def _rotl(x, k):
+    return (x << _U64(k)) | (x >> _U64(64 - k))
+
+
+@numba.njit(cache=True)
+def _xoshiro_seed(seed, chunk):
+    st = np.empty(4, dtype=np.uint64)
+    x = _U64(seed) ^ (_U64(chunk) * _U64(0xD1342543DE82EF95))
+    for i in range(4):
+        x = x + _U64(0x9E3779B97F4A7C15)
+        z = x
+        z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
+        st[i] = z ^ (z >> _U64(31))
+    return st
+
+
+@numba.njit(cache=True, inline="always")
+def _xoshiro_uniform(st):
+    """Uniform in (0, 1) (never 0 or 1) from xoshiro256**."""
+    r = _rotl(st[1] * _U64(5), 7) * _U64(9)
+    t = st[1] << _U64(17)
+    st[2] ^= st[0]
+    st[3] ^= st[1]
+    st[1] ^= st[2]
+    st[0] ^= st[3]
+    st[2] ^= t
+    st[3] = _rotl(st[3], 45)
+    return (float(r >> _U64(11)) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+@numba.njit(cache=True)
+def _normals(st, buf):
+    """Fill ``buf`` (even length) with standard normals (Box-Muller)."""
+    for i in range(0, buf.shape[0], 2):
+        u1 = _xoshiro_uniform(st)
+        u2 = _xoshiro_uniform(st)
+        r = math.sqrt(-2.0 * math.log(u1))
+        a = 2.0 * math.pi * u2
+        buf[i] = r * math.cos(a)
+        buf[i + 1] = r * math.sin(a)
+
+
+@numba.njit(cache=True, inline="always")
+def _affine(mean, root, buf, off, z):
     dim = mean.shape[0]
-    for j in range(dim):
-        u[j] = np.random.standard_normal()  # noqa: NPY002 (numba per-thread state, seeded)
     for j in range(dim):
         acc = mean[j]
         for k in range(dim):
-            acc += root[j, k] * u[k]
+            acc += root[j, k] * buf[off + k]
         z[j] = acc
 
 
 @numba.njit(cache=True, inline="always")
 def _chunk_scalar(f, mean, root, n, seed, shift, c):
-    np.random.seed((seed + 7919 * c) % 4294967295)  # noqa: NPY002 (numba-internal)
+    st = _xoshiro_seed(seed, c)
     dim = mean.shape[0]
-    u = np.empty(dim)
+    buf = np.empty(_BLOCK * dim + (_BLOCK * dim) % 2)
     z = np.empty(dim)
     lo = c * _MC_CHUNK
     hi = min(n, lo + _MC_CHUNK)
     s = 0.0
     s2 = 0.0
-    for _ in range(lo, hi):
-        _draw(mean, root, u, z)
-        v = f(z) - shift
-        s += v
-        s2 += v * v
+    for b0 in range(lo, hi, _BLOCK):
+        _normals(st, buf)
+        for i in range(min(_BLOCK, hi - b0)):
+            _affine(mean, root, buf, i * dim, z)
+            v = f(z) - shift
+            s += v
+            s2 += v * v
     return s, s2
 
 
 @numba.njit(cache=True, inline="always")
 def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
-    np.random.seed((seed + 7919 * c) % 4294967295)  # noqa: NPY002 (numba-internal)
+    st = _xoshiro_seed(seed, c)
     dim = mean.shape[0]
-    u = np.empty(dim)
+    buf = np.empty(_BLOCK * dim + (_BLOCK * dim) % 2)
     z = np.empty(dim)
     lo = c * _MC_CHUNK
     hi = min(n, lo + _MC_CHUNK)
-    for _ in range(lo, hi):
-        _draw(mean, root, u, z)
-        v = f(z)
-        for q in range(shift.shape[0]):
-            d = v[q] - shift[q]
-            out[q] += d
-            out2[q] += d * d
+    for b0 in range(lo, hi, _BLOCK):
+        _normals(st, buf)
+        for i in range(min(_BLOCK, hi - b0)):
+            _affine(mean, root, buf, i * dim, z)
+            v = f(z)
+            for q in range(shift.shape[0]):
+                d = v[q] - shift[q]
+                out[q] += d
+                out2[q] += d * d
+
+
+def mc_normals_numpy_reference(seed: int, chunk: int, count: int) -> np.ndarray:
+    """Pure-numpy replica of the numba generator (xoshiro256** + Box-Muller) for tests."""
+    mask = (1 << 64) - 1
+
+    def rotl(x, k):
+        return ((x << k) | (x >> (64 - k))) & mask
+
+    x = (int(seed) ^ (int(chunk) * 0xD1342543DE82EF95)) & mask
+    st = []
+    for _ in range(4):
+        x = (x + 0x9E3779B97F4A7C15) & mask
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        st.append(z ^ (z >> 31))
+
+    def uni():
+        r = (rotl((st[1] * 5) & mask, 7) * 9) & mask
+        t = (st[1] << 17) & mask
+        st[2] ^= st[0]
+        st[3] ^= st[1]
+        st[1] ^= st[2]
+        st[0] ^= st[3]
+        st[2] ^= t
+        st[3] = rotl(st[3], 45)
+        return ((r >> 11) + 0.5) / 9007199254740992.0
+
+    out = np.empty(count + count % 2)
+    for i in range(0, out.size, 2):
+        u1, u2 = uni(), uni()
+        r = math.sqrt(-2.0 * math.log(u1))
+        out[i] = r * math.cos(2.0 * math.pi * u2)
+        out[i + 1] = r * math.sin(2.0 * math.pi * u2)
+    return out[:count]
 
 
 @numba.njit(cache=True)
@@ -340,7 +429,7 @@ def is_jitted(f) -> bool:
 
 
 def _expect_mc_numba(f, mean, root, n, rng, parallel=False):
-    seed = seed_int(rng) % 4294967295
+    seed = seed_int(rng)
     first = f(mean.copy())
     if np.ndim(first) == 0:
         shift = float(first)
