@@ -1,0 +1,368 @@
+"""Numba kernels of the positional-semantic ERM model (L = 2, r = r_t = 1).
+
+Notation (spec/positional-semantic.md §3).  For x ∈ R^2 the row softmax of x x^T is fixed by two
+numbers, a = S_11 = sig(u_1), b = S_22 = sig(u_2) with u_1 = x_1(x_1 - x_2), u_2 = x_2(x_2 - x_1)
+(S_12 = 1 - a, S_21 = 1 - b).  For a row-stochastic target T with diagonal (t_1, t_2),
+||S(x) - T||_F^2 = 2 (a - t_1)^2 + 2 (b - t_2)^2, so the per-sample loss is
+
+    ℓ(x; t) = σ² [(a - t_1)² + (b - t_2)²],         t_ℓ = (1 - ω) sig(h*_ℓ(h*_ℓ - h*_ℓ')) + ω A_ℓℓ.
+
+The proximal objective at a node is  f(x) = |x - w|² / (2V) + ℓ(x; t)  (non-convex).  Since
+0 <= ℓ <= 2σ², every global minimiser lies in the disk |x - w| <= sqrt(2 V ℓ(w; t)); the kernels
+run a safeguarded Newton method (eigenvalue-shifted Hessian + Armijo backtracking) from several
+starts — w itself, the two zero-loss points ±x*(t), their midpoints with w, w/2, and the
+projections of w on the valleys x1 = 0, x2 = 0, x1 = x2 — and keep the lowest value.  Each kernel has a pure-numpy reference in
+``theory.models.positional_semantic`` (``prox_reference``) used in the tests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+NEWTON_MAX_ITER = 100
+GRAD_TOL = 1e-12
+
+
+@numba.njit(cache=True, inline="always")
+def sig(u):
+    if u >= 0.0:
+        return 1.0 / (1.0 + math.exp(-u))
+    e = math.exp(u)
+    return e / (1.0 + e)
+
+
+@numba.njit(cache=True, inline="always")
+def logit(p):
+    return math.log(p) - math.log1p(-p)
+
+
+@numba.njit(cache=True)
+def teacher_t(h1, h2, omega, a11, a22):
+    """Diagonal (t1, t2) of T(h*) = (1 - ω) S(h*) + ω A."""
+    t1 = (1.0 - omega) * sig(h1 * (h1 - h2)) + omega * a11
+    t2 = (1.0 - omega) * sig(h2 * (h2 - h1)) + omega * a22
+    return t1, t2
+
+
+@numba.njit(cache=True)
+def loss_value(x1, x2, t1, t2, s2):
+    a = sig(x1 * (x1 - x2))
+    b = sig(x2 * (x2 - x1))
+    return s2 * ((a - t1) ** 2 + (b - t2) ** 2)
+
+
+@numba.njit(cache=True)
+def objective(x1, x2, w1, w2, t1, t2, V, s2):
+    return ((x1 - w1) ** 2 + (x2 - w2) ** 2) / (2.0 * V) + loss_value(x1, x2, t1, t2, s2)
+
+
+@numba.njit(cache=True)
+def fgh(x1, x2, w1, w2, t1, t2, V, s2):
+    """Objective, gradient (2) and Hessian (3 entries) of the prox objective at x."""
+    u1 = x1 * (x1 - x2)
+    u2 = x2 * (x2 - x1)
+    a = sig(u1)
+    b = sig(u2)
+    r1 = a - t1
+    r2 = b - t2
+    ka = a * (1.0 - a)
+    kb = b * (1.0 - b)
+    f = ((x1 - w1) ** 2 + (x2 - w2) ** 2) / (2.0 * V) + s2 * (r1 * r1 + r2 * r2)
+    g1u = 2.0 * s2 * r1 * ka  # dℓ/du1
+    g2u = 2.0 * s2 * r2 * kb
+    h1u = 2.0 * s2 * (ka * ka + r1 * ka * (1.0 - 2.0 * a))  # d²ℓ/du1²
+    h2u = 2.0 * s2 * (kb * kb + r2 * kb * (1.0 - 2.0 * b))
+    d11 = 2.0 * x1 - x2  # ∇u1 = (2x1 - x2, -x1)
+    d12 = -x1
+    d21 = -x2  # ∇u2 = (-x2, 2x2 - x1)
+    d22 = 2.0 * x2 - x1
+    gx1 = (x1 - w1) / V + g1u * d11 + g2u * d21
+    gx2 = (x2 - w2) / V + g1u * d12 + g2u * d22
+    # ∇²u1 = [[2, -1], [-1, 0]],  ∇²u2 = [[0, -1], [-1, 2]]
+    H11 = 1.0 / V + h1u * d11 * d11 + h2u * d21 * d21 + 2.0 * g1u
+    H12 = h1u * d11 * d12 + h2u * d21 * d22 - g1u - g2u
+    H22 = 1.0 / V + h1u * d12 * d12 + h2u * d22 * d22 + 2.0 * g2u
+    return f, gx1, gx2, H11, H12, H22
+
+
+@numba.njit(cache=True)
+def newton(x1, x2, w1, w2, t1, t2, V, s2):
+    """Safeguarded Newton descent on the prox objective from (x1, x2).
+
+    Returns (x1, x2, f, converged).  Descent is monotone (Armijo), so the method ends in the
+    basin of attraction of a local minimum; the Hessian is shifted to be positive definite.
+    """
+    f, g1, g2, H11, H12, H22 = fgh(x1, x2, w1, w2, t1, t2, V, s2)
+    scale = 1.0 / V
+    for _ in range(NEWTON_MAX_ITER):
+        gn = math.sqrt(g1 * g1 + g2 * g2)
+        if gn <= GRAD_TOL * (1.0 + math.sqrt(x1 * x1 + x2 * x2) * scale):
+            # stationary; accept if the Hessian is PSD (a minimum), else push off the saddle
+            tr = H11 + H22
+            det = H11 * H22 - H12 * H12
+            if det >= 0.0 and tr >= 0.0:
+                return x1, x2, f, True
+        # smallest eigenvalue of H
+        tr = 0.5 * (H11 + H22)
+        disc = math.sqrt(0.25 * (H11 - H22) ** 2 + H12 * H12)
+        lmin = tr - disc
+        shift = 0.0
+        floor = 1e-3 * scale
+        if lmin < floor:
+            shift = floor - lmin
+        A11 = H11 + shift
+        A22 = H22 + shift
+        det = A11 * A22 - H12 * H12
+        p1 = -(A22 * g1 - H12 * g2) / det
+        p2 = -(-H12 * g1 + A11 * g2) / det
+        if gn <= GRAD_TOL * (1.0 + math.sqrt(x1 * x1 + x2 * x2) * scale):
+            # at a saddle / maximum: step along the eigenvector of the negative eigenvalue
+            if abs(H12) > 0.0:
+                e1 = lmin - H22
+                e2 = H12
+            else:
+                if H11 < H22:
+                    e1, e2 = 1.0, 0.0
+                else:
+                    e1, e2 = 0.0, 1.0
+            en = math.sqrt(e1 * e1 + e2 * e2)
+            p1 = 1e-3 * e1 / en
+            p2 = 1e-3 * e2 / en
+        slope = g1 * p1 + g2 * p2
+        step = 1.0
+        accepted = False
+        for _ls in range(60):
+            y1 = x1 + step * p1
+            y2 = x2 + step * p2
+            fy = objective(y1, y2, w1, w2, t1, t2, V, s2)
+            if fy <= f + 1e-4 * step * slope or (fy < f and slope >= 0.0):
+                accepted = True
+                break
+            step *= 0.5
+        if not accepted:
+            # no decrease possible at machine precision: we are at the minimum
+            return x1, x2, f, gn <= 1e-7 * (1.0 + scale)
+        dx = math.sqrt((y1 - x1) ** 2 + (y2 - x2) ** 2)
+        x1, x2 = y1, y2
+        f, g1, g2, H11, H12, H22 = fgh(x1, x2, w1, w2, t1, t2, V, s2)
+        if dx <= 1e-15 * (1.0 + math.sqrt(x1 * x1 + x2 * x2)):
+            return x1, x2, f, True
+    return x1, x2, f, False
+
+
+@numba.njit(cache=True)
+def zero_loss_point(t1, t2):
+    """A point x* with S(x*)_11 = t1, S(x*)_22 = t2 (the other one is -x*); clipped targets."""
+    eps = 1e-12
+    p1 = min(max(t1, eps), 1.0 - eps)
+    p2 = min(max(t2, eps), 1.0 - eps)
+    v1 = logit(p1)
+    v2 = logit(p2)
+    dd = v1 + v2  # = (x1 - x2)^2 >= 0 needed
+    if dd <= 0.0:
+        return 0.0, 0.0
+    d = math.sqrt(dd)
+    s = (v1 - v2) / d
+    return 0.5 * (s + d), 0.5 * (s - d)
+
+
+N_STARTS = 9
+
+
+@numba.njit(cache=True)
+def start_point(k, w1, w2, z1, z2):
+    """The k-th Newton start: w; ±x*(t); the midpoints of w and ±x*; w/2; the projections of w
+    on the axes x1 = 0, x2 = 0 and on the diagonal x1 = x2 (the valleys where one or both softmax
+    entries can be fitted with a small coordinate)."""
+    if k == 0:
+        return w1, w2
+    if k == 1:
+        return z1, z2
+    if k == 2:
+        return -z1, -z2
+    if k == 3:
+        return 0.5 * (z1 + w1), 0.5 * (z2 + w2)
+    if k == 4:
+        return 0.5 * (w1 - z1), 0.5 * (w2 - z2)
+    if k == 5:
+        return 0.5 * w1, 0.5 * w2
+    if k == 6:
+        return 0.0, w2
+    if k == 7:
+        return w1, 0.0
+    c = 0.5 * (w1 + w2)
+    return c, c
+
+
+@numba.njit(cache=True)
+def prox_point(w1, w2, t1, t2, V, s2):
+    """Global minimiser of |x - w|²/(2V) + ℓ(x; t) by multi-start safeguarded Newton.
+
+    Returns (x1, x2, f, ok): the minimiser, its value, and whether Newton converged from the
+    winning start.  The start set (see ``start_point``) was chosen from the basins found by
+    brute force over 2e5 random hard cases (V up to 300, |w| up to ~20); the tests check it again
+    against a dense grid over the disk |x - w| <= sqrt(2 V ℓ(w)) that contains every minimiser.
+    """
+    z1, z2 = zero_loss_point(t1, t2)
+    best1, best2, bestf, ok = newton(w1, w2, w1, w2, t1, t2, V, s2)
+    for k in range(1, N_STARTS):
+        y1, y2 = start_point(k, w1, w2, z1, z2)
+        x1, x2, f, conv = newton(y1, y2, w1, w2, t1, t2, V, s2)
+        if f < bestf - 1e-15 * (1.0 + abs(bestf)):
+            best1, best2, bestf, ok = x1, x2, f, conv
+    return best1, best2, bestf, ok
+
+
+@numba.njit(cache=True)
+def prox_jacobians(x1, x2, w1, w2, t1, t2, V, s2, h1, h2, omega):
+    """d x̂ / d w (2x2) and d x̂ / d h* (2x2) at a local minimum x̂ (implicit function theorem).
+
+    ∇_x f(x̂; w, t) = 0  ⇒  H dx̂ = dw / V - (∂²ℓ/∂x∂t) dt.
+    """
+    _, _, _, H11, H12, H22 = fgh(x1, x2, w1, w2, t1, t2, V, s2)
+    det = H11 * H22 - H12 * H12
+    i11 = H22 / det
+    i12 = -H12 / det
+    i22 = H11 / det
+    jw11 = i11 / V
+    jw12 = i12 / V
+    jw21 = i12 / V
+    jw22 = i22 / V
+    # ∂(∇_x ℓ)/∂t1 = -2 s2 ka ∇u1, ∂/∂t2 = -2 s2 kb ∇u2
+    a = sig(x1 * (x1 - x2))
+    b = sig(x2 * (x2 - x1))
+    ka = a * (1.0 - a)
+    kb = b * (1.0 - b)
+    c11 = -2.0 * s2 * ka * (2.0 * x1 - x2)
+    c21 = -2.0 * s2 * ka * (-x1)
+    c12 = -2.0 * s2 * kb * (-x2)
+    c22 = -2.0 * s2 * kb * (2.0 * x2 - x1)
+    # dt/dh*: t1 = (1-ω) sig(v1) + ..., v1 = h1(h1 - h2): ∇v1 = (2h1 - h2, -h1)
+    v1 = h1 * (h1 - h2)
+    v2 = h2 * (h2 - h1)
+    sa = sig(v1)
+    sb = sig(v2)
+    e1 = (1.0 - omega) * sa * (1.0 - sa)
+    e2 = (1.0 - omega) * sb * (1.0 - sb)
+    dt1_dh1 = e1 * (2.0 * h1 - h2)
+    dt1_dh2 = e1 * (-h1)
+    dt2_dh1 = e2 * (-h2)
+    dt2_dh2 = e2 * (2.0 * h2 - h1)
+    # B = C @ (dt/dh) : (2x2), dx̂/dh = -H^{-1} B
+    B11 = c11 * dt1_dh1 + c12 * dt2_dh1
+    B12 = c11 * dt1_dh2 + c12 * dt2_dh2
+    B21 = c21 * dt1_dh1 + c22 * dt2_dh1
+    B22 = c21 * dt1_dh2 + c22 * dt2_dh2
+    jh11 = -(i11 * B11 + i12 * B21)
+    jh12 = -(i11 * B12 + i12 * B22)
+    jh21 = -(i12 * B11 + i22 * B21)
+    jh22 = -(i12 * B12 + i22 * B22)
+    return jw11, jw12, jw21, jw22, jh11, jh12, jh21, jh22
+
+
+@numba.njit(cache=True, parallel=True)
+def prox_batch(w, hs, V, s2, omega, a11, a22, want_jac):
+    """Row-wise global prox.  w, hs: (N, 2).  Returns x (N,2), value (N,), jac_w (N,2,2),
+    jac_h (N,2,2) (zeros unless want_jac), ok (N,) bool."""
+    n = w.shape[0]
+    x = np.empty((n, 2))
+    val = np.empty(n)
+    jw = np.zeros((n, 2, 2))
+    jh = np.zeros((n, 2, 2))
+    ok = np.empty(n, dtype=np.bool_)
+    for i in numba.prange(n):
+        t1, t2 = teacher_t(hs[i, 0], hs[i, 1], omega, a11, a22)
+        x1, x2, f, conv = prox_point(w[i, 0], w[i, 1], t1, t2, V, s2)
+        x[i, 0] = x1
+        x[i, 1] = x2
+        val[i] = f
+        ok[i] = conv
+        if want_jac:
+            r = prox_jacobians(x1, x2, w[i, 0], w[i, 1], t1, t2, V, s2, hs[i, 0], hs[i, 1], omega)
+            jw[i, 0, 0] = r[0]
+            jw[i, 0, 1] = r[1]
+            jw[i, 1, 0] = r[2]
+            jw[i, 1, 1] = r[3]
+            jh[i, 0, 0] = r[4]
+            jh[i, 0, 1] = r[5]
+            jh[i, 1, 0] = r[6]
+            jh[i, 1, 1] = r[7]
+    return x, val, jw, jh, ok
+
+
+@numba.njit(cache=True, parallel=True)
+def prox_batch_t(w, t, V, s2):
+    """Row-wise global prox with the teacher targets t = (t1, t2) given directly (N, 2)."""
+    n = w.shape[0]
+    x = np.empty((n, 2))
+    val = np.empty(n)
+    for i in numba.prange(n):
+        x1, x2, f, conv = prox_point(w[i, 0], w[i, 1], t[i, 0], t[i, 1], V, s2)
+        x[i, 0] = x1
+        x[i, 1] = x2
+        val[i] = f
+    return x, val
+
+
+N_CHANNEL = 10
+# indices of the channel sums returned by ``channel_sums`` (all weighted by the rule's weights)
+C_G2, C_SG, C_GETA, C_GXI, C_M, C_TRJW, C_TRJH, C_EG, C_W, C_BAD = range(N_CHANNEL)
+
+
+@numba.njit(cache=True, parallel=True)
+def channel_sums(nodes, weights, q, m, theta, V, rho, s2, omega, a11, a22, want_jac, nthreads):
+    """Weighted sums over quadrature nodes (ξ1, ξ2, η1, η2) of the channel quantities.
+
+    Local fields ω_ℓ = √q ξ_ℓ + s_ℓ m (s = (+1, -1)), h*_ℓ = (θ/√q) ξ_ℓ + √(ρ - θ²/q) η_ℓ.
+    Returns an array of N_CHANNEL sums:
+      Σ_ℓ g_ℓ², Σ_ℓ s_ℓ g_ℓ, Σ_ℓ g_ℓ η_ℓ, Σ_ℓ g_ℓ ξ_ℓ, M (the prox minimum), tr(dx̂/dw),
+      tr(dx̂/dh*), ℓ_g = σ²[(S_11(h) - t_1)² + (S_22(h) - t_2)²] with h = ω (no prox),
+      Σ weights, and the weight of nodes where Newton did not converge.
+    """
+    n = nodes.shape[0]
+    sq = math.sqrt(q)
+    a = theta / sq
+    c = math.sqrt(max(rho - theta * theta / q, 0.0))
+    out = np.zeros(N_CHANNEL)
+    part = np.zeros((nthreads, N_CHANNEL))
+    chunk = (n + nthreads - 1) // nthreads
+    for th in numba.prange(nthreads):
+        lo = th * chunk
+        hi = min(n, lo + chunk)
+        acc = np.zeros(N_CHANNEL)
+        for i in range(lo, hi):
+            wt = weights[i]
+            xi1 = nodes[i, 0]
+            xi2 = nodes[i, 1]
+            et1 = nodes[i, 2]
+            et2 = nodes[i, 3]
+            w1 = sq * xi1 + m
+            w2 = sq * xi2 - m
+            h1 = a * xi1 + c * et1
+            h2 = a * xi2 + c * et2
+            t1, t2 = teacher_t(h1, h2, omega, a11, a22)
+            x1, x2, f, conv = prox_point(w1, w2, t1, t2, V, s2)
+            g1 = (x1 - w1) / V
+            g2 = (x2 - w2) / V
+            acc[C_G2] += wt * (g1 * g1 + g2 * g2)
+            acc[C_SG] += wt * (g1 - g2)
+            acc[C_GETA] += wt * (g1 * et1 + g2 * et2)
+            acc[C_GXI] += wt * (g1 * xi1 + g2 * xi2)
+            acc[C_M] += wt * f
+            if want_jac:
+                r = prox_jacobians(x1, x2, w1, w2, t1, t2, V, s2, h1, h2, omega)
+                acc[C_TRJW] += wt * (r[0] + r[3])
+                acc[C_TRJH] += wt * (r[4] + r[7])
+            acc[C_EG] += wt * loss_value(w1, w2, t1, t2, s2)
+            acc[C_W] += wt
+            if not conv:
+                acc[C_BAD] += wt
+        for k in range(N_CHANNEL):
+            part[th, k] = acc[k]
+    for th in range(nthreads):
+        for k in range(N_CHANNEL):
+            out[k] += part[th, k]
+    return out

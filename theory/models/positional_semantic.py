@@ -1,0 +1,498 @@
+"""The positional-semantic dot-product attention model (ERM, replica theory), L = 2, r = r_t = 1.
+
+Implements spec/positional-semantic.md: the 2-D non-convex proximal operator (numba, global
+minimum), the replica-symmetric state equations of §3 with their positional / semantic / trivial
+branches, the free energy Φ, ε_t = -Φ, ε_g, the linear baseline of §5, and (through
+``theory.solve``) continuation in α, the transition α_c(ω) and the threshold α_l(ω).
+
+Units and normalisations (stated once): overlaps q = σ²|Q|²/d, m = 1ᵀQ/d, θ = σ² Q*ᵀQ/d,
+ρ = σ²; errors ε_t = min L / d and ε_g = E||f(X) - y(X)||²_F / (2d), both per token dimension.
+Shapes: local fields ``w`` and teacher fields ``h_star`` are ``(N, 2)`` (one row per sample or
+quadrature node); ``jac`` is ``(N, 2, 2)`` with ``jac[i, k, l] = d x̂_k / d w_l``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from theory._util import check_positive, check_row_stochastic, check_unit_interval
+from theory.models import _ps_kernels as _K
+from theory.results import Result
+
+S_SIGNS = np.array([1.0, -1.0])  # positional signs s_ℓ of p_1 = +1/√d, p_2 = -1/√d
+BRANCHES = ("semantic", "positional", "trivial")
+A_REFERENCE = ((0.6, 0.4), (0.4, 0.6))
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True)
+class ERMParams:
+    """Model parameters: token std σ, ridge λ, positional mixing ω, teacher positional matrix A.
+
+    ``rho`` (teacher norm σ²|Q*|²/d) defaults to σ².  ``A`` must be a row-stochastic 2×2
+    matrix; the reference values are σ = 0.5, λ = 0.01, A = [[0.6, 0.4], [0.4, 0.6]].
+    """
+
+    sigma: float = 0.5
+    lam: float = 0.01
+    omega: float = 0.3
+    A: tuple = A_REFERENCE
+    rho: float | None = None
+
+    def __post_init__(self):
+        check_positive("sigma", self.sigma)
+        check_positive("lam (the ridge strength)", self.lam, strict=False)
+        check_unit_interval("omega", self.omega)
+        A = check_row_stochastic("A", self.A)
+        if A.shape != (2, 2):
+            raise ValueError(f"A must be a 2x2 matrix (sequence length L = 2), got shape {A.shape}")
+        object.__setattr__(self, "sigma", float(self.sigma))
+        object.__setattr__(self, "lam", float(self.lam))
+        object.__setattr__(self, "omega", float(self.omega))
+        object.__setattr__(self, "A", tuple(tuple(float(v) for v in row) for row in A))
+        rho = self.sigma**2 if self.rho is None else check_positive("rho", self.rho)
+        object.__setattr__(self, "rho", float(rho))
+
+    @property
+    def s2(self) -> float:
+        return self.sigma**2
+
+    @property
+    def A_array(self) -> np.ndarray:
+        return np.array(self.A, dtype=float)
+
+    @property
+    def swap_symmetric(self) -> bool:
+        """A_11 = A_22: then m = 0 is an exact invariant of the semantic branch."""
+        return abs(self.A[0][0] - self.A[1][1]) <= 1e-14
+
+    def replace(self, **kw) -> ERMParams:
+        d = dict(sigma=self.sigma, lam=self.lam, omega=self.omega, A=self.A, rho=self.rho)
+        d.update(kw)
+        if "sigma" in kw and "rho" not in kw:
+            d["rho"] = None
+        return ERMParams(**d)
+
+    def to_dict(self) -> dict:
+        return dict(sigma=self.sigma, lam=self.lam, omega=self.omega,
+                    A=[list(r) for r in self.A], rho=self.rho)
+
+
+def as_params(params=None, **overrides) -> ERMParams:
+    if params is None:
+        return ERMParams(**overrides)
+    if isinstance(params, dict):
+        d = dict(params)
+        d.update(overrides)
+        return ERMParams(**d)
+    if not isinstance(params, ERMParams):
+        raise ValueError(f"params must be an ERMParams or a dict, got {type(params).__name__}")
+    return params.replace(**overrides) if overrides else params
+
+
+def check_alpha(alpha) -> float:
+    return check_positive("alpha (the sample ratio n/d)", alpha)
+
+
+# --------------------------------------------------------------------------- model pieces
+
+
+def _nthreads() -> int:
+    import numba
+
+    return int(numba.get_num_threads())
+
+
+def _rows(a, name) -> np.ndarray:
+    a = np.ascontiguousarray(np.asarray(a, dtype=float))
+    if a.ndim == 1 and a.shape[0] == 2:
+        a = a[None, :]
+    if a.ndim != 2 or a.shape[1] != 2:
+        raise ValueError(f"{name} must have shape (N, 2), got {np.shape(a)}")
+    return a
+
+
+def softmax_diag(x) -> tuple[np.ndarray, np.ndarray]:
+    """Diagonal (S_11, S_22) of softmax_row(x xᵀ) for rows x of shape (N, 2)."""
+    x = _rows(x, "x")
+    u1 = x[:, 0] * (x[:, 0] - x[:, 1])
+    u2 = x[:, 1] * (x[:, 1] - x[:, 0])
+    return _expit(u1), _expit(u2)
+
+
+def _expit(u):
+    from scipy.special import expit
+
+    return expit(u)
+
+
+def teacher_diag(h_star, params) -> np.ndarray:
+    """Diagonal (t_1, t_2) of T(h*) = (1 - ω) S(h*) + ω A, shape (N, 2)."""
+    p = as_params(params)
+    a, b = softmax_diag(h_star)
+    A = p.A_array
+    return np.stack([(1 - p.omega) * a + p.omega * A[0, 0],
+                     (1 - p.omega) * b + p.omega * A[1, 1]], axis=1)
+
+
+def attention_matrix(x) -> np.ndarray:
+    """Full S(x) = softmax_row(x xᵀ), shape (N, 2, 2) (reference implementation)."""
+    x = _rows(x, "x")
+    G = x[:, :, None] * x[:, None, :]
+    G = G - G.max(axis=2, keepdims=True)
+    E = np.exp(G)
+    return E / E.sum(axis=2, keepdims=True)
+
+
+def loss(x, h_star, params) -> np.ndarray:
+    """Per-sample loss ℓ(x; h*) = (σ²/2) ||S(x) - T(h*)||_F², shape (N,)."""
+    p = as_params(params)
+    x = _rows(x, "x")
+    t = teacher_diag(_rows(h_star, "h_star"), p)
+    a, b = softmax_diag(x)
+    return p.s2 * ((a - t[:, 0]) ** 2 + (b - t[:, 1]) ** 2)
+
+
+def loss_full(x, h_star, params) -> np.ndarray:
+    """ℓ from the full 2×2 matrices (independent reference of :func:`loss`)."""
+    p = as_params(params)
+    S = attention_matrix(x)
+    T = (1 - p.omega) * attention_matrix(h_star) + p.omega * p.A_array[None]
+    return 0.5 * p.s2 * ((S - T) ** 2).sum(axis=(1, 2))
+
+
+def loss_grad(x, h_star, params) -> np.ndarray:
+    """∇_x ℓ(x; h*), shape (N, 2)."""
+    p = as_params(params)
+    x = _rows(x, "x")
+    t = teacher_diag(_rows(h_star, "h_star"), p)
+    a, b = softmax_diag(x)
+    g1u = 2 * p.s2 * (a - t[:, 0]) * a * (1 - a)
+    g2u = 2 * p.s2 * (b - t[:, 1]) * b * (1 - b)
+    x1, x2 = x[:, 0], x[:, 1]
+    return np.stack([g1u * (2 * x1 - x2) - g2u * x2, -g1u * x1 + g2u * (2 * x2 - x1)], axis=1)
+
+
+@dataclass(frozen=True)
+class ProxResult:
+    """Global minimiser of |x - w|²/(2V) + ℓ(x; h*) per row.
+
+    x (N, 2); jac (N, 2, 2) = d x̂/d w; jac_h (N, 2, 2) = d x̂/d h*; value (N,) = the minimum
+    (the Moreau envelope); ok (N,) = Newton converged from the winning start.
+    """
+
+    x: np.ndarray
+    jac: np.ndarray
+    value: np.ndarray
+    jac_h: np.ndarray = field(repr=False, default=None)
+    ok: np.ndarray = field(repr=False, default=None)
+
+    @property
+    def g(self):  # pragma: no cover - convenience
+        raise AttributeError("g depends on w and V: compute (x - w) / V")
+
+
+def prox(w_local, h_star, V, params, *, jac: bool = True) -> ProxResult:
+    """Row-wise global prox of the 2-D non-convex per-sample loss (numba, parallel over rows).
+
+    Parameters
+    ----------
+    w_local : (N, 2) local fields ω_ℓ.
+    h_star : (N, 2) teacher local fields h*_ℓ.
+    V : float > 0, the prox variance.
+    params : ERMParams (or dict).
+    jac : also return d x̂/d w and d x̂/d h* (implicit-function theorem at the minimiser).
+    """
+    p = as_params(params)
+    V = check_positive("V", V)
+    w = _rows(w_local, "w_local")
+    h = _rows(h_star, "h_star")
+    if w.shape != h.shape:
+        raise ValueError(f"w_local {w.shape} and h_star {h.shape} must have the same shape")
+    A = p.A_array
+    x, val, jw, jh, ok = _K.prox_batch(w, h, V, p.s2, p.omega, A[0, 0], A[1, 1], bool(jac))
+    return ProxResult(x=x, jac=jw, value=val, jac_h=jh, ok=ok)
+
+
+def prox_reference(w_local, h_star, V, params, *, starts=None):
+    """Pure numpy/scipy reference of :func:`prox`: L-BFGS-B from the same start set plus a ring
+    of 16 starts on the disk that contains every minimiser; lowest value wins.  Slow."""
+    from scipy.optimize import minimize
+
+    p = as_params(params)
+    w = _rows(w_local, "w_local")
+    h = _rows(h_star, "h_star")
+    t = teacher_diag(h, p)
+    xs = np.empty_like(w)
+    vals = np.empty(w.shape[0])
+    for i in range(w.shape[0]):
+        wi, ti = w[i], t[i]
+
+        def f(x, wi=wi, ti=ti):
+            a = _sigmoid(x[0] * (x[0] - x[1]))
+            b = _sigmoid(x[1] * (x[1] - x[0]))
+            return ((x - wi) ** 2).sum() / (2 * V) + p.s2 * ((a - ti[0]) ** 2 + (b - ti[1]) ** 2)
+
+        z = np.array(_K.zero_loss_point(ti[0], ti[1]))
+        R = math.sqrt(2 * V * f(wi) + 1e-300)
+        cands = [wi, z, -z, (z + wi) / 2, (wi - z) / 2, wi / 2, np.array([0.0, wi[1]]),
+                 np.array([wi[0], 0.0]), np.full(2, wi.mean())]
+        cands += [wi + r * np.array([math.cos(a), math.sin(a)])
+                  for r in (R, R / 2) for a in np.linspace(0, 2 * math.pi, 8, endpoint=False)]
+        if starts is not None:
+            cands = list(starts)
+        best = None
+        for c in cands:
+            r = minimize(f, c, method="BFGS", options=dict(gtol=1e-11))
+            if best is None or r.fun < best.fun:
+                best = r
+        xs[i] = best.x
+        vals[i] = best.fun
+    return xs, vals
+
+
+def _sigmoid(u):
+    return 1.0 / (1.0 + math.exp(-u)) if u >= 0 else math.exp(u) / (1.0 + math.exp(u))
+
+
+# --------------------------------------------------------------------------- quadrature rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Quadrature rule over (ξ1, ξ2, η1, η2) ~ N(0, I_4): nodes (N, 4), weights (N,)."""
+
+    nodes: np.ndarray
+    weights: np.ndarray
+    method: str
+    n: int
+
+
+def make_rule(method: str = "gh", nodes: int | None = None, rng=0) -> Rule:
+    """``gh``: tensor Gauss-Hermite with ``nodes`` per dimension (default 14);
+    ``qmc``: ``nodes`` scrambled-Sobol points (default 2^16); ``mc``: ``nodes`` i.i.d. normals."""
+    from theory import gauss
+    from theory._util import as_rng
+
+    if method == "gh":
+        n = int(nodes if nodes is not None else 14)
+        x, w = gauss.gh_tensor(n, 4)
+        return Rule(np.ascontiguousarray(x), np.ascontiguousarray(w), "gh", n)
+    if method == "qmc":
+        n = int(nodes if nodes is not None else 2**16)
+        x = gauss.sobol_normal(n, 4, rng)
+        return Rule(np.ascontiguousarray(x), np.full(x.shape[0], 1.0 / x.shape[0]), "qmc", n)
+    if method == "mc":
+        n = int(nodes if nodes is not None else 2**16)
+        x = as_rng(rng).standard_normal((n, 4))
+        return Rule(x, np.full(n, 1.0 / n), "mc", n)
+    raise ValueError(f"method must be 'gh', 'qmc' or 'mc', got {method!r}")
+
+
+# --------------------------------------------------------------------------- state equations
+
+
+def _guard_theta(q, theta, rho):
+    """Keep ρ - θ²/q > 0 (spec §7): clip |θ| just below √(ρ q).  Returns (θ, clipped)."""
+    lim = math.sqrt(rho * q) * (1 - 1e-9)
+    if abs(theta) >= lim:
+        return math.copysign(lim, theta), True
+    return theta, False
+
+
+def channel(q, m, theta, V, params, rule: Rule, *, jac: bool = False) -> dict:
+    """Expectations over (ξ, η) of the channel quantities at (q, m, θ, V) (see ``channel_sums``).
+
+    Returns E[Σg²], E[Σ s g], E[Σ g η], E[Σ g ξ], E[M] (Moreau envelope), E[tr dx̂/dw],
+    E[tr dx̂/dh*] (if ``jac``), ε_g (no prox), and the weight of nodes where Newton failed.
+    """
+    p = as_params(params)
+    if not (q > 0 and V > 0):
+        raise ValueError(f"q and V must be > 0 (got q={q}, V={V})")
+    if p.rho - theta * theta / q <= 0:
+        raise ValueError(f"rho - theta^2/q must be > 0 (got rho={p.rho}, theta={theta}, q={q})")
+    A = p.A_array
+    s = _K.channel_sums(rule.nodes, rule.weights, float(q), float(m), float(theta), float(V),
+                        p.rho, p.s2, p.omega, A[0, 0], A[1, 1], bool(jac),
+                        _nthreads())
+    wsum = s[_K.C_W]
+    return dict(g2=s[_K.C_G2] / wsum, sg=s[_K.C_SG] / wsum, geta=s[_K.C_GETA] / wsum,
+                gxi=s[_K.C_GXI] / wsum, M=s[_K.C_M] / wsum, trjw=s[_K.C_TRJW] / wsum,
+                trjh=s[_K.C_TRJH] / wsum, eps_g=s[_K.C_EG] / wsum, bad=s[_K.C_BAD] / wsum)
+
+
+def hats_from_channel(alpha, q, m, theta, V, ch: dict, params) -> dict:
+    """Conjugate equations (Stein forms, spec §3) and the derivative (Jacobian) forms."""
+    p = as_params(params)
+    c = math.sqrt(p.rho - theta * theta / q)
+    qhat = alpha * ch["g2"]
+    mhat = alpha * ch["sg"]
+    thetahat = alpha * ch["geta"] / c
+    Vhat = -(alpha / math.sqrt(q)) * ch["gxi"] + theta * thetahat / q
+    out = dict(qhat=qhat, mhat=mhat, thetahat=thetahat, Vhat=Vhat)
+    # derivative forms: V̂ = -α E[tr ∂g/∂w] = -(α/V) E[tr(dx̂/dw) - 2], θ̂ = (α/V) E[tr dx̂/dh*]
+    out["Vhat_jac"] = -(alpha / V) * (ch["trjw"] - 2.0)
+    out["thetahat_jac"] = (alpha / V) * ch["trjh"]
+    return out
+
+
+def overlaps_from_hats(qhat, mhat, thetahat, Vhat, params) -> dict:
+    """Ridge step in closed form (spec §3): D = λ + σ² V̂."""
+    p = as_params(params)
+    D = p.lam + p.s2 * Vhat
+    if not D > 0:
+        raise FloatingPointError(f"lambda + sigma^2 Vhat = {D:.3g} <= 0: the ridge step is unstable")
+    return dict(q=p.s2 * (p.s2 * qhat + mhat**2 + p.s2 * p.rho * thetahat**2) / D**2,
+                m=mhat / D, theta=p.s2 * p.rho * thetahat / D, V=p.s2 / D)
+
+
+def free_energy(alpha, o: dict, h: dict, EM: float, params) -> float:
+    """Φ of spec §3 at overlaps ``o`` (q, m, theta, V) and hats ``h``; ε_t = -Φ."""
+    p = as_params(params)
+    D = p.lam + p.s2 * h["Vhat"]
+    return (0.5 * (h["Vhat"] * o["q"] - h["qhat"] * o["V"]) - o["m"] * h["mhat"]
+            - o["theta"] * h["thetahat"]
+            + 0.5 * (p.s2 * h["qhat"] + h["mhat"] ** 2 + p.s2 * p.rho * h["thetahat"] ** 2) / D
+            - alpha * EM)
+
+
+def phi_at(alpha, overlaps: dict, hats: dict, params, rule: Rule) -> float:
+    """Φ as a function of all eight variables (for stationarity checks): E[M] recomputed at the
+    given (q, m, θ, V)."""
+    ch = channel(overlaps["q"], overlaps["m"], overlaps["theta"], overlaps["V"], params, rule)
+    return free_energy(alpha, overlaps, hats, ch["M"], params)
+
+
+DEFAULT_INIT = {
+    "semantic": dict(q=0.9, m=0.0, theta=0.35, V=1.0),
+    "positional": dict(q=0.1, m=0.4, theta=0.0, V=1.0),
+    "trivial": dict(q=0.05, m=0.0, theta=0.0, V=1.0),
+}
+
+#: |m| or |θ|/σ² below this is "zero" when labelling a fixed point
+LABEL_TOL = 1e-6
+
+
+def label_branch(m: float, theta: float, params) -> str:
+    p = as_params(params)
+    has_m = abs(m) > LABEL_TOL
+    has_t = abs(theta) / p.s2 > LABEL_TOL
+    if has_t and not has_m:
+        return "semantic"
+    if has_m and not has_t:
+        return "positional"
+    if not has_m and not has_t:
+        return "trivial"
+    return "mixed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ERMResult(Result):
+    """A replica-symmetric fixed point of the ERM state equations (or a simulation summary with
+    the same field names).  ``branch`` is read from the order parameters (θ = 0 → positional,
+    m = 0 → semantic, both → trivial, neither → mixed); ``branch_init`` is the initialisation."""
+
+    alpha: float
+    omega: float
+    q: float = math.nan
+    m: float = math.nan
+    theta: float = math.nan
+    V: float = math.nan
+    qhat: float = math.nan
+    mhat: float = math.nan
+    thetahat: float = math.nan
+    Vhat: float = math.nan
+    eps_t: float = math.nan
+    eps_g: float = math.nan
+    branch: str = ""
+    branch_init: str = ""
+    iterations: int = 0
+    residual: float = math.nan
+
+    @property
+    def theta_over_s2(self) -> float:
+        return self.theta / self.params.get("sigma", 0.5) ** 2
+
+
+def _enforce(branch, params, d):
+    if branch == "positional" or branch == "trivial":
+        d["theta"] = 0.0
+    if branch == "trivial" or (branch == "semantic" and params.swap_symmetric):
+        d["m"] = 0.0
+    return d
+
+
+def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None = None, *,
+                mixing: float = 0.5, tol: float = 1e-8, max_iter: int = 1000,
+                nodes: int | None = None, method: str = "gh", rng=0,
+                rule: Rule | None = None, keep_history: bool = False) -> ERMResult:
+    """Solve the state equations of spec §3 on one branch by damped iteration.
+
+    ``branch`` picks the initialisation (``DEFAULT_INIT``) and the exact invariant subspace:
+    positional → θ ≡ 0 (exact: T is even in h*), semantic → m ≡ 0 (exact for A_11 = A_22),
+    trivial → θ ≡ m ≡ 0.  The returned ``branch`` is read from the converged order parameters.
+    ``init`` overrides (q, m, theta, V).  Convergence: the undamped map's relative change per
+    order parameter < ``tol``.
+    """
+    from theory.solve.fixed_point import damped_iteration
+
+    p = as_params(params)
+    alpha = check_alpha(alpha)
+    if branch not in BRANCHES:
+        raise ValueError(f"branch must be one of {BRANCHES}, got {branch!r}")
+    if rule is None:
+        rule = make_rule(method, nodes, rng)
+    x0 = dict(DEFAULT_INIT[branch])
+    if init is not None:
+        for k in ("q", "m", "theta", "V"):
+            if k in init and init[k] is not None:
+                x0[k] = float(init[k])
+    x0 = _enforce(branch, p, x0)
+    x0["m"], x0["theta"] = abs(x0["m"]), abs(x0["theta"])
+    guard_hits = [0]
+
+    def F(x):
+        th, clipped = _guard_theta(x["q"], x["theta"], p.rho)
+        guard_hits[0] += clipped
+        ch = channel(x["q"], x["m"], th, x["V"], p, rule)
+        h = hats_from_channel(alpha, x["q"], x["m"], th, x["V"], ch, p)
+        new = overlaps_from_hats(h["qhat"], h["mhat"], h["thetahat"], h["Vhat"], p)
+        return _enforce(branch, p, new), (ch, h)
+
+    out = damped_iteration(F, x0, mixing=mixing, tol=tol, max_iter=max_iter,
+                           keep_history=keep_history)
+    return _result_from(alpha, p, branch, out, rule, tol, guard_hits[0])
+
+
+def _result_from(alpha, p, branch, out, rule, tol, guard_hits) -> ERMResult:
+    x = out.Fx if out.Fx else out.x
+    meta = dict(method=rule.method, nodes=rule.n, n_points=int(rule.weights.size), tol=tol,
+                guard_hits=int(guard_hits))
+    if out.aux is None or out.status == "nan":
+        return ERMResult(alpha=alpha, omega=p.omega, status=out.status, message=out.message,
+                         branch_init=branch, iterations=out.iterations, params=p.to_dict(),
+                         metadata=meta, history=out.history)
+    # evaluate everything at the final (undamped) iterate for self-consistency
+    try:
+        ch = channel(x["q"], x["m"], x["theta"], x["V"], p, rule, jac=True)
+        h = hats_from_channel(alpha, x["q"], x["m"], x["theta"], x["V"], ch, p)
+    except ValueError as exc:
+        return ERMResult(alpha=alpha, omega=p.omega, status="diverged", message=str(exc),
+                         branch_init=branch, iterations=out.iterations, params=p.to_dict(),
+                         metadata=meta, history=out.history)
+    phi = free_energy(alpha, x, h, ch["M"], p)
+    meta.update(phi=phi, eps_t_energy=alpha * (ch["M"] - 0.5 * x["V"] * ch["g2"])
+                + p.lam * x["q"] / (2 * p.s2),
+                Vhat_jac=h["Vhat_jac"], thetahat_jac=h["thetahat_jac"], newton_fail_weight=ch["bad"])
+    m, th = abs(x["m"]), abs(x["theta"])
+    return ERMResult(alpha=alpha, omega=p.omega, q=x["q"], m=m, theta=th, V=x["V"],
+                     qhat=h["qhat"], mhat=abs(h["mhat"]), thetahat=abs(h["thetahat"]),
+                     Vhat=h["Vhat"], eps_t=-phi, eps_g=ch["eps_g"],
+                     branch=label_branch(m, th, p), branch_init=branch, status=out.status,
+                     message=out.message, iterations=out.iterations, residual=out.residual,
+                     params=p.to_dict(), metadata=meta, history=out.history)
