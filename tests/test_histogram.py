@@ -295,6 +295,14 @@ def test_stationarity_distances(quick_models, small_data):
     assert res.val_accuracy_frozen == pytest.approx(quick_models["semantic"].val_accuracy,
                                                     abs=0.05)
     assert set(res.block_distances) == set(H.PARAM_SHAPES)
+    # the full-batch gradient equals the mean of per-batch gradients (independent: one batch)
+    th = frozen[:]
+    g_all = H.full_gradient(th, data.x_train, data.y_train, "both", batch_size=250)
+    _, g_one = H.loss_and_grad(th, data.x_train, data.y_train, "both")
+    np.testing.assert_allclose(g_all, g_one, rtol=1e-9, atol=1e-13)
+    # a trained model sits where the gradient is much smaller than at initialisation
+    assert res.grad_norm_frozen < 0.5 * res.grad_norm_init
+    assert res.grad_norm_hidden_frozen <= res.grad_norm_frozen
     with pytest.raises(ValueError, match="restricted"):
         H.stationarity(H.train(data, "both", 0, progress=False), data, retrain_epochs=1)
 

@@ -96,6 +96,10 @@ def _cmd_stationarity(args):
                    hidden_norm_retrained=res.hidden_norm_retrained,
                    val_accuracy_frozen=res.val_accuracy_frozen,
                    val_accuracy_retrained=res.val_accuracy_retrained,
+                   grad_norm_frozen=res.grad_norm_frozen,
+                   grad_norm_hidden_frozen=res.grad_norm_hidden_frozen,
+                   grad_norm_init=res.grad_norm_init,
+                   block_distances=res.block_distances,
                    trained_epochs=trained.epochs, status=res.status)
     text = (f"{res.variant} solution embedded in the unrestricted model, perturbed by "
             f"{args.noise:g}, retrained {res.retrain_epochs} epochs with SGD lr "
@@ -104,6 +108,8 @@ def _cmd_stationarity(args):
             f"  distance init -> frozen        {res.distance_init_to_frozen:.4g}\n"
             f"  distance of the perturbation   {res.distance_perturbation:.4g}\n"
             f"  norm of the hidden W_Q/W_K rows after retraining {res.hidden_norm_retrained:.4g}\n"
+            f"  full-batch gradient norm at frozen {res.grad_norm_frozen:.3g} (hidden rows "
+            f"{res.grad_norm_hidden_frozen:.3g}), at init {res.grad_norm_init:.3g}\n"
             f"  validation accuracy {res.val_accuracy_frozen:.4f} -> "
             f"{res.val_accuracy_retrained:.4f}")
     emit(args, payload, text)

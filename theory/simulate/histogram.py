@@ -382,6 +382,16 @@ def evaluate(theta, x, y, variant="both", batch_size=512) -> dict:
                 seq_accuracy=seq_correct / n)
 
 
+def full_gradient(theta, x, y, variant="both", batch_size=1000) -> np.ndarray:
+    """Gradient of the mean cross-entropy over the whole set (x, y), in theta's dtype."""
+    f = qk_mask(variant)
+    g = np.zeros_like(theta)
+    for s in range(0, len(x), batch_size):
+        _, gb = loss_and_grad(theta, x[s:s + batch_size], y[s:s + batch_size], f=f)
+        g += gb * (len(x[s:s + batch_size]) / len(x))
+    return g
+
+
 def attention(theta, tokens, variant="both") -> np.ndarray:
     """Attention matrices softmax(q k^T / 8), shape (N, L, L) (rows = queries, sum to 1)."""
     tokens = np.atleast_2d(np.asarray(tokens))
@@ -667,6 +677,9 @@ class StationarityResult(Result):
     distance_perturbation: ||theta_start - theta_frozen|| (the 1e-3 noise);
     hidden_norm_retrained: Frobenius norm of the W_Q, W_K rows the mask had hidden, after
         retraining (0 at the start up to noise): how much the other mechanism grew.
+    grad_norm_frozen, grad_norm_hidden_frozen, grad_norm_init: norm of the full-batch gradient
+        of the unrestricted training loss at theta_frozen (all parameters / the hidden W_Q, W_K
+        rows only) and at theta_init, for scale.
     """
 
     variant: str
@@ -677,6 +690,9 @@ class StationarityResult(Result):
     hidden_norm_retrained: float
     val_accuracy_frozen: float
     val_accuracy_retrained: float
+    grad_norm_frozen: float
+    grad_norm_hidden_frozen: float
+    grad_norm_init: float
     block_distances: dict = field(default_factory=dict)
 
 
@@ -707,6 +723,10 @@ def stationarity(trained: HistogramTrainResult, data: HistogramData, *,
     blocks = {k: float(np.linalg.norm(retrained[block_slice(k)] - frozen[block_slice(k)]))
               for k in PARAM_SHAPES}
     va_frozen = evaluate(frozen.astype(trained.theta.dtype), data.x_val, data.y_val, "both")
+    g_frozen = full_gradient(frozen, data.x_train, data.y_train, "both")
+    g_init = full_gradient(init, data.x_train, data.y_train, "both")
+    Gf = unpack(g_frozen)
+    g_hidden = float(np.sqrt((Gf["Wq"][hidden] ** 2).sum() + (Gf["Wk"][hidden] ** 2).sum()))
     return StationarityResult(
         status=res.status, message=res.message, history=res.history,
         params=dict(variant=variant, retrain_epochs=retrain_epochs, noise=noise, lr=lr,
@@ -718,7 +738,8 @@ def stationarity(trained: HistogramTrainResult, data: HistogramData, *,
         distance_perturbation=float(np.linalg.norm(start - frozen)),
         hidden_norm_retrained=hidden_norm,
         val_accuracy_frozen=va_frozen["accuracy"], val_accuracy_retrained=res.val_accuracy,
-        block_distances=blocks)
+        grad_norm_frozen=float(np.linalg.norm(g_frozen)), grad_norm_hidden_frozen=g_hidden,
+        grad_norm_init=float(np.linalg.norm(g_init)), block_distances=blocks)
 
 
 # --------------------------------------------------------------------------------------------
