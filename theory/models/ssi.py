@@ -254,10 +254,16 @@ class _Model:
         self.r = B.shape[1]
         self.G = B @ B.T
         poly = isinstance(self.target, _ScalarTarget) and self.target.is_polynomial
+        ps_ok = (isinstance(self.target, PositionalSemanticTarget) and self.L == 2
+                 and getattr(self, "reduction", None) == "identity" and self.r <= 1
+                 and (self.r == 0 or np.allclose(np.abs(B[:, 0]), 1.0) and B[0, 0] == -B[1, 0]))
         if engine == "auto":
-            engine = "hermite" if poly and self.k == 1 else "quad"
-        if engine not in ("hermite", "quad"):
-            raise ValueError("engine must be 'auto', 'hermite' or 'quad'")
+            engine = "hermite" if poly and self.k == 1 else ("ps" if ps_ok else "quad")
+        if engine not in ("hermite", "quad", "ps"):
+            raise ValueError("engine must be 'auto', 'hermite', 'ps' or 'quad'")
+        if engine == "ps" and not ps_ok:
+            raise ValueError("engine='ps' is the spec-6 model: positional-semantic target, L = 2, "
+                             "identity reduction, pe 'none' or 'opposite'")
         if engine == "hermite" and not (poly and self.k == 1):
             raise ValueError("engine='hermite' needs a polynomial scalar target and a scalar "
                              "student output; use engine='quad'")
@@ -273,6 +279,12 @@ class _Model:
         self._cache = {}
         if engine == "quad":
             self._init_quad()
+        if engine == "ps":
+            # K (the gamma/2 term only) by a coarse direct rule; drift from the exact tables
+            self.n = self.n or PS_K_NODES
+            self.method = "gh"
+            self._init_quad()
+            self._ps = ps_tables()
 
     # ---------------------------------------------------------------- student (override)
     def student(self, z):  # pragma: no cover - abstract
@@ -305,7 +317,36 @@ class _Model:
     def _raw(self, e_raw, mv, hess=False):
         if self.engine == "hermite":
             return self._raw_hermite(e_raw, mv, hess)
+        if self.engine == "ps":
+            return self._raw_ps(e_raw, mv)
         return self._raw_quad(e_raw, mv)
+
+    def _raw_ps(self, e_raw, mv):
+        tg = self.target
+        e = 0.5 * float(e_raw[0] - e_raw[1])
+        m = float(np.mean(mv))
+        v = self._ps.eval(e, m, tg.omega, tg.A)
+        out = dict(R=v["R"], dRde=np.array([0.5, -0.5]) * v["Re"],
+                   dRdm=np.full(2, 0.5 * v["Rm"]))
+        out["K"] = np.full(2, 0.5 * self._ps_K(e, m))
+        return out
+
+    def _ps_K(self, e, m):
+        """K(e, m) of the spec-6 model: 2-D Chebyshev interpolant (PS_K_CHEB^2 nodes on
+        [-1, 1]^2) of the direct 4-D Gauss-Hermite value (PS_K_NODES per dimension); built on
+        first use.  Accuracy a few per cent (K only enters through gamma K / 2)."""
+        from numpy.polynomial import chebyshev as C
+
+        if "Kcheb" not in self._cache:
+            nc = PS_K_CHEB
+            x = np.cos(np.pi * (np.arange(nc) + 0.5) / nc)
+            vals = np.array([[float(np.sum(self._raw_quad(np.array([ei, -ei]),
+                                                          np.full(2, mi))["K"]))
+                              for mi in x] for ei in x])
+            V = C.chebvander(x, nc - 1)
+            Vi = np.linalg.inv(V)
+            self._cache["Kcheb"] = Vi @ vals @ Vi.T
+        return float(C.chebval2d(e, m, self._cache["Kcheb"]))
 
     # ---- quad engine
     def _init_quad(self):
@@ -1117,6 +1158,119 @@ def phase_diagram(a_grid, omega_grid, n: int = PD_NODES) -> dict:
     out.update(a=np.asarray(a_grid, float), omega=np.asarray(omega_grid, float),
                regions=REGIONS, nodes=n)
     return out
+
+
+PS_K_NODES = 12  # 4-D GH nodes per dimension for K in the "ps" engine (K to a few %, see notes)
+PS_K_CHEB = 12  # Chebyshev nodes per axis of the K(e, m) table
+PS_KMAX = 40  # Mehler truncation order (Parseval tail of S beyond 40: 9e-7)
+PS_NCHEB = 40  # Chebyshev nodes in e on [-1, 1]
+PS_NODES = 100  # 2-D GH nodes per dimension for the tables
+
+
+class PSTables:
+    """Exact-to-truncation tables of the spec-6 risk along e in [-1, 1] (a-, omega-independent).
+
+    X(e, m) = E<S(xi), S(z)> = sum_j m^j c_j(e),  c_j(e) = sum_{|k| = j} <S_k, F_k(e)> / k!
+    (Mehler; S_k = E[S(xi) He_k(xi)], F_k(e) = E[S(v(e) + zeta) He_k(zeta)], v = (e, -e)),
+    truncated at j <= kmax (error <= sqrt(tail_S tail_F) <= ~1e-6 at |m| = 1 for kmax = 40, the
+    Parseval tails being computed in ``tail``).  c_j(e), F1(e) = E S(v + zeta) and
+    F2(e) = E||S(v + zeta)||^2 are stored as Chebyshev interpolants on ``ncheb`` nodes (smooth,
+    Gaussian-smoothed functions: spectral accuracy); e-derivatives are those of the interpolants.
+    """
+
+    def __init__(self, kmax=PS_KMAX, ncheb=PS_NCHEB, n=PS_NODES):
+        from numpy.polynomial import chebyshev as C
+
+        from theory.models._ssi_kernels import attention_scores, multi_indices
+
+        x, w = gh_rule(n)
+        Z = np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2)
+        W = np.outer(w, w).ravel()
+        ks = multi_indices(2, kmax)
+        deg = np.array([sum(k) for k in ks])
+        kfac = np.array([math.factorial(k[0]) * math.factorial(k[1]) for k in ks], float)
+        H = he_multi(Z, ks) * W[:, None]  # (N, nk)
+        S0 = attention_scores(Z).reshape(-1, 4)
+        Shat = np.einsum("na,nk->ka", S0, H)  # (nk, 4)
+        self.ES = Shat[0].reshape(2, 2)
+        self.ESS = float(W @ np.sum(S0**2, axis=1))
+        tail_S = self.ESS - float(np.sum(np.sum(Shat**2, axis=1) / kfac))
+        nodes = np.cos(np.pi * (np.arange(ncheb) + 0.5) / ncheb)
+        cvals = np.zeros((ncheb, kmax + 1))
+        F1 = np.zeros((ncheb, 4))
+        F2 = np.zeros(ncheb)
+        tails = []
+        for i, e in enumerate(nodes):
+            Se = attention_scores(Z + np.array([e, -e])[None]).reshape(-1, 4)
+            Fhat = np.einsum("na,nk->ka", Se, H)
+            contrib = np.sum(Shat * Fhat, axis=1) / kfac
+            cvals[i] = np.bincount(deg, weights=contrib, minlength=kmax + 1)
+            F1[i] = Fhat[0]
+            F2[i] = W @ np.sum(Se**2, axis=1)
+            tails.append(F2[i] - float(np.sum(np.sum(Fhat**2, axis=1) / kfac)))
+        fit = lambda y: C.chebfit(nodes, y, ncheb - 1)
+        self.c = fit(cvals)  # (ncheb, kmax+1) Chebyshev coefficients per power j
+        self.F1 = fit(F1)
+        self.F2 = fit(F2)
+        self.C = C
+        self.kmax = kmax
+        self.tail = math.sqrt(max(tail_S, 0.0) * max(max(tails), 0.0))
+        self.params = dict(kmax=kmax, ncheb=ncheb, n=n, truncation_bound=self.tail)
+
+    def _ev(self, coef, e, der=0):
+        C = self.C
+        if der:
+            coef = C.chebder(coef, der, axis=0)
+        return C.chebval(e, coef)
+
+    def X(self, e, m, de=0, dm=0):
+        """d_e^de d_m^dm X(e, m) (e, m scalars or broadcastable arrays)."""
+        e = np.asarray(e, float)
+        m = np.asarray(m, float)
+        cj = self._ev(self.c, e, de)  # (kmax+1, *shape)
+        j = np.arange(self.kmax + 1).reshape((-1,) + (1,) * e.ndim)
+        if dm == 0:
+            pw = m[None] ** j
+        elif dm == 1:
+            pw = j * m[None] ** np.clip(j - 1, 0, None) * (j >= 1)
+        else:
+            pw = j * (j - 1) * m[None] ** np.clip(j - 2, 0, None) * (j >= 2)
+        return np.sum(cj * pw, axis=0)
+
+    def eval(self, e, m, omega, A):
+        """R, dR/de (reduced e), dR/dm and the second derivatives of the spec-6 risk."""
+        A4 = np.asarray(A, float).ravel()
+        F1 = lambda d: np.tensordot(A4, self._ev(self.F1, e, d), axes=(0, 0))
+        F2 = lambda d: self._ev(self.F2, e, d)
+        egg = ((1 - omega) ** 2 * self.ESS + 2 * omega * (1 - omega) * float(self.ES.ravel() @ A4)
+               + omega**2 * float(A4 @ A4))
+        w1 = 2 * (1 - omega)
+        return dict(
+            R=egg + F2(0) - w1 * self.X(e, m) - 2 * omega * F1(0),
+            Re=F2(1) - w1 * self.X(e, m, de=1) - 2 * omega * F1(1),
+            Rm=-w1 * self.X(e, m, dm=1),
+            Ree=F2(2) - w1 * self.X(e, m, de=2) - 2 * omega * F1(2),
+            Rem=-w1 * self.X(e, m, de=1, dm=1),
+            Rmm=-w1 * self.X(e, m, dm=2),
+        )
+
+
+@lru_cache(maxsize=4)
+def ps_tables(kmax=PS_KMAX, ncheb=PS_NCHEB, n=PS_NODES) -> PSTables:
+    """Cached :class:`PSTables` (a few seconds to build, once per process)."""
+    return PSTables(kmax, ncheb, n)
+
+
+def landscape(a: float, omega: float, n_grid: int = 121, tables: PSTables | None = None):
+    """R(e, m) of the spec-6 model on an n_grid x n_grid grid of [-1, 1]^2 (NaN outside the
+    disk): returns (e_grid, m_grid, R) with R[i, j] = R(e_grid[j], m_grid[i])."""
+    tb = tables or ps_tables()
+    eg = np.linspace(-1, 1, n_grid)
+    E, M = np.meshgrid(eg, eg)
+    inside = E**2 + M**2 <= 1 + 1e-12
+    R = np.full(E.shape, np.nan)
+    R[inside] = tb.eval(E[inside], M[inside], omega, positional_matrix(a))["R"]
+    return eg, eg, R
 
 
 def ps_model(a: float, omega: float, **kw) -> AttentionModel:
