@@ -239,9 +239,9 @@ _MC_CHUNK = 2**15
 _BLOCK = 512  # samples whose normals are generated in one Box-Muller block
 
 # Random numbers of the numba MC path: xoshiro256** (Blackman & Vigna), seeded per chunk through
-# splitmix64 from (seed, chunk index), uniforms in (0, 1) from the top 53 bits, normals by
-# Box-Muller in blocks.  About 3x faster than numba's np.random.standard_normal and independent
-# of the thread that runs the chunk.
+# splitmix64 from (seed, chunk index); normals by the ziggurat method (Marsaglia & Tsang 2000 in
+# Doornik's 2005 form).  About 4x faster than numba's np.random.standard_normal, and the stream
+# of a chunk does not depend on the thread that runs it.
 _U64 = np.uint64
 
 
@@ -264,8 +264,8 @@ def _xoshiro_seed(seed, chunk):
 
 
 @numba.njit(cache=True, inline="always")
-def _xoshiro_uniform(st):
-    """Uniform in (0, 1) (never 0 or 1) from xoshiro256**."""
+def _xoshiro_next(st):
+    """Next 64-bit output of xoshiro256** (state ``st``: 4 uint64, updated in place)."""
     r = _rotl(st[1] * _U64(5), 7) * _U64(9)
     t = st[1] << _U64(17)
     st[2] ^= st[0]
@@ -274,19 +274,63 @@ def _xoshiro_uniform(st):
     st[0] ^= st[3]
     st[2] ^= t
     st[3] = _rotl(st[3], 45)
-    return (float(r >> _U64(11)) + 0.5) * (1.0 / 9007199254740992.0)
+    return r
+
+
+@numba.njit(cache=True, inline="always")
+def _xoshiro_uniform(st):
+    """Uniform in (0, 1) (never 0 or 1): the top 53 bits of the next output."""
+    return (float(_xoshiro_next(st) >> _U64(11)) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+def _zig_tables(C=128, R=3.442619855899, V=9.91256303526217e-3):
+    """Ziggurat tables of Doornik (2005), "An improved ziggurat method" (ZIGNOR)."""
+    X = np.zeros(C + 1)
+    f = math.exp(-0.5 * R * R)
+    X[0] = V / f
+    X[1] = R
+    for i in range(2, C):
+        X[i] = math.sqrt(-2.0 * math.log(V / X[i - 1] + f))
+        f = math.exp(-0.5 * X[i] * X[i])
+    X[C] = 0.0
+    return X, X[1:] / X[:-1]
+
+
+_ZIG_R = 3.442619855899
+_ZIG_X, _ZIG_RATIO = _zig_tables()
+
+
+@numba.njit(cache=True, inline="always")
+def _normal(st):
+    """One standard normal: ziggurat (128 layers) on xoshiro256**.
+
+    Bits: the top 53 bits of one output give u in (-1, 1), its low 7 bits the layer (disjoint
+    bits); the rare tail and wedge steps draw further uniforms.
+    """
+    while True:
+        r = _xoshiro_next(st)
+        i = int(r & _U64(0x7F))
+        u = 2.0 * ((float(r >> _U64(11)) + 0.5) * (1.0 / 9007199254740992.0)) - 1.0
+        if abs(u) < _ZIG_RATIO[i]:
+            return u * _ZIG_X[i]
+        if i == 0:  # base strip: sample the tail beyond R (Marsaglia 1964)
+            while True:
+                x = math.log(_xoshiro_uniform(st)) / _ZIG_R
+                y = math.log(_xoshiro_uniform(st))
+                if -2.0 * y >= x * x:
+                    return x - _ZIG_R if u < 0 else _ZIG_R - x
+        x = u * _ZIG_X[i]
+        f0 = math.exp(-0.5 * (_ZIG_X[i] * _ZIG_X[i] - x * x))
+        f1 = math.exp(-0.5 * (_ZIG_X[i + 1] * _ZIG_X[i + 1] - x * x))
+        if f1 + _xoshiro_uniform(st) * (f0 - f1) < 1.0:
+            return x
 
 
 @numba.njit(cache=True)
 def _normals(st, buf):
-    """Fill ``buf`` (even length) with standard normals (Box-Muller)."""
-    for i in range(0, buf.shape[0], 2):
-        u1 = _xoshiro_uniform(st)
-        u2 = _xoshiro_uniform(st)
-        r = math.sqrt(-2.0 * math.log(u1))
-        a = 2.0 * math.pi * u2
-        buf[i] = r * math.cos(a)
-        buf[i + 1] = r * math.sin(a)
+    """Fill ``buf`` with standard normals."""
+    for i in range(buf.shape[0]):
+        buf[i] = _normal(st)
 
 
 @numba.njit(cache=True, inline="always")
@@ -303,7 +347,7 @@ def _affine(mean, root, buf, off, z):
 def _chunk_scalar(f, mean, root, n, seed, shift, c):
     st = _xoshiro_seed(seed, c)
     dim = mean.shape[0]
-    buf = np.empty(_BLOCK * dim + (_BLOCK * dim) % 2)
+    buf = np.empty(_BLOCK * dim)
     z = np.empty(dim)
     lo = c * _MC_CHUNK
     hi = min(n, lo + _MC_CHUNK)
@@ -323,7 +367,7 @@ def _chunk_scalar(f, mean, root, n, seed, shift, c):
 def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
     st = _xoshiro_seed(seed, c)
     dim = mean.shape[0]
-    buf = np.empty(_BLOCK * dim + (_BLOCK * dim) % 2)
+    buf = np.empty(_BLOCK * dim)
     z = np.empty(dim)
     lo = c * _MC_CHUNK
     hi = min(n, lo + _MC_CHUNK)
@@ -339,7 +383,7 @@ def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
 
 
 def mc_normals_numpy_reference(seed: int, chunk: int, count: int) -> np.ndarray:
-    """Pure-numpy replica of the numba generator (xoshiro256** + Box-Muller) for tests."""
+    """Pure-Python replica of the numba generator (xoshiro256** + ziggurat) for tests."""
     mask = (1 << 64) - 1
 
     def rotl(x, k):
@@ -354,7 +398,7 @@ def mc_normals_numpy_reference(seed: int, chunk: int, count: int) -> np.ndarray:
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
         st.append(z ^ (z >> 31))
 
-    def uni():
+    def nxt():
         r = (rotl((st[1] * 5) & mask, 7) * 9) & mask
         t = (st[1] << 17) & mask
         st[2] ^= st[0]
@@ -363,15 +407,33 @@ def mc_normals_numpy_reference(seed: int, chunk: int, count: int) -> np.ndarray:
         st[0] ^= st[3]
         st[2] ^= t
         st[3] = rotl(st[3], 45)
-        return ((r >> 11) + 0.5) / 9007199254740992.0
+        return r
 
-    out = np.empty(count + count % 2)
-    for i in range(0, out.size, 2):
-        u1, u2 = uni(), uni()
-        r = math.sqrt(-2.0 * math.log(u1))
-        out[i] = r * math.cos(2.0 * math.pi * u2)
-        out[i + 1] = r * math.sin(2.0 * math.pi * u2)
-    return out[:count]
+    def uni():
+        return ((nxt() >> 11) + 0.5) / 9007199254740992.0
+
+    X, ratio = _ZIG_X, _ZIG_RATIO
+
+    def normal():
+        while True:
+            r = nxt()
+            i = r & 0x7F
+            u = 2.0 * (((r >> 11) + 0.5) / 9007199254740992.0) - 1.0
+            if abs(u) < ratio[i]:
+                return u * X[i]
+            if i == 0:
+                while True:
+                    xx = math.log(uni()) / _ZIG_R
+                    y = math.log(uni())
+                    if -2.0 * y >= xx * xx:
+                        return xx - _ZIG_R if u < 0 else _ZIG_R - xx
+            xx = u * X[i]
+            f0 = math.exp(-0.5 * (X[i] * X[i] - xx * xx))
+            f1 = math.exp(-0.5 * (X[i + 1] * X[i + 1] - xx * xx))
+            if f1 + uni() * (f0 - f1) < 1.0:
+                return xx
+
+    return np.array([normal() for _ in range(count)])
 
 
 @numba.njit(cache=True)
