@@ -49,6 +49,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-sequences", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=2, help="best of this many epochs")
+    ap.add_argument("--no-threaded", action="store_true",
+                    help="skip the default-BLAS-threads case (its spinning threads slow "
+                         "everything else on a shared machine)")
     args = ap.parse_args()
     data = H.make_data(args.n_sequences, rng=0)
     n_train = len(data.x_train)
@@ -63,7 +66,8 @@ def main():
     r32 = best(dtype=np.float32, threads=1)
     rows.append(("float32, 1 BLAS thread (default)", r32))
     rows.append(("float64, 1 BLAS thread", best(dtype=np.float64, threads=1)))
-    rows.append(("float32, default BLAS threads", best(dtype=np.float32, threads=None)))
+    if not args.no_threaded:
+        rows.append(("float32, default BLAS threads", best(dtype=np.float32, threads=None)))
     n_slice = max(32, (n_train // 20) // 32 * 32)
     rows.append(("per-sequence baseline (float32, 1 thread)",
                  max(epoch_time(data, np.float32, 1, n_seq=n_slice, per_sequence=True)[0]
