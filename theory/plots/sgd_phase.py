@@ -1,0 +1,231 @@
+"""Figures of the SGD theory (spec sequence-single-index.md sections 4 and 6).
+
+* :func:`plot_phase_diagram` - the six regions of the (a, omega) diagram, the exact boundaries
+  of :func:`theory.models.ssi.boundaries` overlaid.
+* :func:`plot_landscape` - R(e, m) on the disk for the spec-6 model with optional trajectories
+  (ODE results, SGD results or dicts with ``e`` and ``m``).
+* :func:`plot_flatness` - R along e near the origin with and without positional encoding.
+
+``FIGURES`` (the reproduction hook): "sgd-phase-diagram", "sgd-landscape", "sgd-flatness".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from theory._util import atomic_savefig
+from theory.plots import use_agg
+
+REGION_COLORS = ("#4c72b0", "#8fb3e0", "#c44e52", "#55a868", "#dd8452", "#8c2d04")
+
+
+def _plt():
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=25):
+    """Draw the region map of :func:`theory.models.ssi.phase_diagram` ``pdg``; overlay the
+    flip lines from :func:`theory.models.ssi.boundaries` on ``n_boundary`` values of a."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    from theory.models import ssi
+
+    plt = _plt()
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(7.2, 5.4))
+    a, om, reg = pdg["a"], pdg["omega"], pdg["region"]
+    cmap = ListedColormap(REGION_COLORS)
+    ax.pcolormesh(a, om, np.ma.masked_less(reg, 0).T, cmap=cmap, vmin=-0.5, vmax=5.5,
+                  shading="nearest", rasterized=True)
+    handles = [Patch(color=REGION_COLORS[i], label=name) for i, name in enumerate(ssi.REGIONS)]
+    if np.any(reg < 0):
+        handles.append(Patch(facecolor="white", edgecolor="0.6",
+                             label="neither candidate is a boundary minimum"))
+    if boundaries:
+        ab = np.linspace(a.min(), a.max(), n_boundary)
+        rows = [ssi.boundaries(x, n=pdg.get("nodes", ssi.PD_NODES)) for x in ab]
+        styles = {"omega_steepest_switch": ("k", "--", "steepest direction switches"),
+                  "omega_global_switch": ("k", "-", "global minimum switches"),
+                  "omega_positional_min_appears": ("w", ":", "positional minimum appears"),
+                  "omega_semantic_min_disappears": ("w", "-.", "semantic minimum disappears")}
+        from matplotlib.lines import Line2D
+
+        for key, (c, ls, lab) in styles.items():
+            y = np.array([np.nan if r[key] is None else r[key] for r in rows])
+            ax.plot(ab, y, color=c, ls=ls, lw=1.6)
+            handles.append(Line2D([], [], color=c if c != "w" else "0.5", ls=ls,
+                                  label=f"theory (Brent root): {lab}"))
+    ax.set_xlim(a.min(), a.max())
+    ax.set_ylim(om.min(), om.max())
+    ax.set_xlabel("positional strength a")
+    ax.set_ylabel(r"positional weight $\omega$")
+    ax.set_title(f"SGD phase diagram, attention L=2, $P_1=-P_2$, identity reduction "
+                 f"({len(a)}x{len(om)} grid, theory)", fontsize=9)
+    ax.legend(handles=handles, fontsize=6.5, loc="lower right", framealpha=0.85)
+    if own:
+        fig.tight_layout()
+        if path is not None:
+            atomic_savefig(fig, path, dpi=150)
+        plt.close(fig)
+    return ax
+
+
+def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid: int = 161,
+                   path=None, labels=None):
+    """Contour plot of R(e, m) of the spec-6 model on the disk e^2 + m^2 <= 1 with the
+    candidate minima marked; ``trajectories``: iterable of objects/dicts with ``e`` and ``m``
+    arrays (ODE or SGD results; SGD ones drawn thin and semi-transparent when their
+    ``metadata['method']`` mentions SGD)."""
+    from theory.models import ssi
+
+    plt = _plt()
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(5.6, 5.0))
+    eg, mg, R = ssi.landscape(a, omega, n_grid=n_grid)
+    lv = np.nanpercentile(R, np.linspace(0, 100, 30))
+    cs = ax.contourf(eg, mg, R, levels=np.unique(lv), cmap="viridis")
+    plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$")
+    th = np.linspace(0, 2 * np.pi, 400)
+    ax.plot(np.cos(th), np.sin(th), color="k", lw=0.8)
+    ax.plot([0, 0], [1, -1], "w*", ms=11, label="semantic (0, ±1)")
+    ax.plot([1, -1], [0, 0], "r*", ms=11, label="positional (±1, 0)")
+    for i, tr in enumerate(trajectories or []):
+        get = (lambda k, tr=tr: tr[k]) if isinstance(tr, dict) else (
+            lambda k, tr=tr: getattr(tr, k))
+        e = np.asarray(get("e"), float)
+        if e.ndim > 1:
+            e = e[:, 0]
+        m = np.asarray(get("m"), float)
+        meta = tr.get("metadata", {}) if isinstance(tr, dict) else getattr(tr, "metadata", {})
+        is_sgd = "SGD" in str((meta or {}).get("method", ""))
+        lab = labels[i] if labels is not None else None
+        ax.plot(e, m, color="orange" if is_sgd else "w", lw=0.7 if is_sgd else 1.6,
+                alpha=0.6 if is_sgd else 1.0, label=lab)
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_xlabel(r"positional overlap $e = p\cdot w/\sqrt{d}$")
+    ax.set_ylabel(r"semantic overlap $m = w^*\cdot w/d$")
+    ax.set_title(f"R(e, m), a = {a}, omega = {omega} (theory)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    if own:
+        fig.tight_layout()
+        if path is not None:
+            atomic_savefig(fig, path, dpi=150)
+        plt.close(fig)
+    return ax
+
+
+FLAT_TARGET = "4/3 + He4(z1) + 2*He4(z2)"
+
+
+def flatness_curves(e_max=0.6, n=61, trace_norm="sqrtL"):
+    """R(e, 0) - R(0, 0) along e with the encoding P_1 = -P_2, and R(0, m) - R(0, 0) along m
+    (which is the same with and without encoding), for the spec-7 target, trace reduction."""
+    from theory.models import ssi
+
+    pe = ssi.AttentionModel(FLAT_TARGET, 2, pe="opposite", reduction="trace",
+                            trace_norm=trace_norm)
+    nope = ssi.AttentionModel(FLAT_TARGET, 2, pe="none", reduction="trace",
+                              trace_norm=trace_norm)
+    x = np.linspace(-e_max, e_max, n)
+    r0 = pe.risk(0.0, 0.0)
+    Re = np.array([pe.risk(v, 0.0) for v in x]) - r0
+    Rm = np.array([nope.risk(None, v) for v in x]) - nope.risk(None, 0.0)
+    return dict(x=x, R_e_pe=Re, R_m=Rm, kappa_pe=ssi.flatness(pe), kappa_nope=ssi.flatness(nope))
+
+
+def plot_flatness(path=None, trace_norm="sqrtL"):
+    plt = _plt()
+    c = flatness_curves(trace_norm=trace_norm)
+    fig, ax = plt.subplots(figsize=(6.0, 4.3))
+    (k_pe, H_pe), (k_no, _) = c["kappa_pe"], c["kappa_nope"]
+    ax.plot(c["x"], c["R_e_pe"], lw=1.8,
+            label=rf"theory, with PE: $R(e,0)-R(0,0)$ ($\kappa$={k_pe}, "
+            rf"$\partial_e^2R$={H_pe[0, 0]:.4f})")
+    ax.plot(c["x"], c["R_m"], lw=1.8, ls="--",
+            label=rf"theory, no PE: $R(m)-R(0)$ ($\kappa$={k_no})")
+    x = c["x"]
+    ax.plot(x, 0.5 * H_pe[0, 0] * x**2, color="0.5", lw=0.8, ls=":",
+            label=r"quadratic term $\frac{1}{2}\partial_e^2R\,e^2$")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlabel("overlap (e with PE; m without)")
+    ax.set_ylabel("R - R(origin)")
+    norm = "Tr/sqrt(L)" if trace_norm == "sqrtL" else "Tr"
+    ax.set_title(f"flatness: g = 4/3 + He4(z1) + 2He4(z2), L=2, {norm} reduction, "
+                 r"$P_1=-P_2$", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        atomic_savefig(fig, path, dpi=150)
+    plt.close(fig)
+    return c
+
+
+# --------------------------------------------------------------------------- reproduction hook
+
+
+def _fig_phase(out_dir: Path, quick: bool):
+    from theory.models import ssi
+
+    t0 = time.time()
+    n = 60 if quick else 200
+    pdg = ssi.phase_diagram(np.linspace(0.7, 1.0, n), np.linspace(0.4, 1.0, n))
+    path = Path(out_dir) / "sgd-phase-diagram.png"
+    plot_phase_diagram(pdg, path=path, n_boundary=13 if quick else 31)
+    b = ssi.boundaries(1.0)
+    how = (f"exact criteria (2-D Gauss-Hermite, {ssi.PD_NODES}^2 nodes, converged to ~1e-9), "
+           f"Brent root at a = 1; {n}x{n} grid, {time.time() - t0:.0f} s")
+    nums = [dict(name=f"a=1: {k}", value=v, how=how) for k, v in b.items()
+            if k.startswith("omega")]
+    return dict(files=[str(path)], numbers=nums)
+
+
+def _fig_landscape(out_dir: Path, quick: bool):
+    from theory.models import ssi
+
+    a, om = 1.0, 0.67
+    model = ssi.ps_model(a, om)
+    d = 1000
+    trs = []
+    labels = []
+    starts = [(1.0, 1.0), (0.2, 1.0), (1.0, 0.2)]
+    for e0, m0 in starts[: 2 if quick else 3]:
+        r = ssi.integrate_ode(model, lr=0.05, d=d, e0=e0 / math.sqrt(d), m0=m0 / math.sqrt(d),
+                              n_out=120)
+        trs.append(r)
+        labels.append(f"ODE from (e0,m0)=({e0:g},{m0:g})/sqrt(d): {r.minimum}")
+    path = Path(out_dir) / "sgd-landscape-a1-omega067.png"
+    plot_landscape(a, om, trs, path=path, labels=labels, n_grid=101 if quick else 201)
+    return dict(files=[str(path)], numbers=[
+        dict(name="ODE end point from diagonal start (a=1, omega=0.67, lr=0.05, d=1000)",
+             value=trs[0].minimum,
+             how="ps engine: Mehler series to order 40 + Chebyshev tables in e; K by 4-D GH")])
+
+
+def _fig_flatness(out_dir: Path, quick: bool):
+    path = Path(out_dir) / "sgd-flatness.png"
+    c = plot_flatness(path=path)
+    k_pe, H = c["kappa_pe"]
+    return dict(files=[str(path)], numbers=[
+        dict(name="kappa without PE", value=c["kappa_nope"][0],
+             how="exact Hermite coefficients x 2-D Gauss-Hermite student moments (64^2)"),
+        dict(name="kappa with PE P1=-P2", value=k_pe, how="same, Tr/sqrt(L) reduction"),
+        dict(name="d2R/de2 at 0 with PE", value=float(H[0, 0]), how="same")])
+
+
+FIGURES = {
+    "sgd-phase-diagram": _fig_phase,
+    "sgd-landscape": _fig_landscape,
+    "sgd-flatness": _fig_flatness,
+}
