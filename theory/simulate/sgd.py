@@ -93,11 +93,11 @@ class SimSpec:
         if self.kind != "attention":
             raise ValueError(f"kind must be attention, tied or untied, got {self.kind!r}")
         if self.reduction == "identity":
-            if self.target[0] != "ps":
+            if self.target[0] not in ("ps", "psA"):
                 raise ValueError("the identity reduction needs a matrix target: use the "
                                  "positional-semantic target (omega, a) or reduction='trace'")
             return K.HEAD_MATRIX, np.zeros((L, L)), 0
-        if self.target[0] == "ps":
+        if self.target[0] in ("ps", "psA"):
             raise ValueError("the positional-semantic target is a matrix: use reduction='identity'")
         if self.reduction == "trace":
             return K.HEAD_FUNCTIONAL, float(self.trace_scale) * np.eye(L), 0
@@ -141,7 +141,8 @@ class SimSpec:
 
     def describe(self) -> dict:
         t = self.target
-        tgt = str(t[1]) if t[0] == "expr" else {"omega": t[1], "a": t[2]}
+        tgt = str(t[1]) if t[0] == "expr" else (
+            {"omega": t[1], "a": t[2]} if t[0] == "ps" else {"omega": t[1], "A": list(t[2])})
         pe = self.pe if isinstance(self.pe, str) or self.pe is None else np.asarray(self.pe)
         return to_jsonable(dict(kind=self.kind, L=self.L, target=tgt, pe=pe,
                                 reduction=self.reduction, activation=self.activation,
@@ -159,6 +160,13 @@ def _target_callable(target: tuple, L: int):
     if target[0] == "ps":
         omega, a = float(target[1]), float(target[2])
         A = ps_matrix(a)
+
+        def fn(zs):
+            S = _softmax_rows(zs[:, :, None] * zs[:, None, :])
+            return ((1.0 - omega) * S + omega * A).reshape(zs.shape[0], -1)
+    elif target[0] == "psA":
+        omega = float(target[1])
+        A = np.asarray(target[2], dtype=float).reshape(L, L)
 
         def fn(zs):
             S = _softmax_rows(zs[:, :, None] * zs[:, None, :])
@@ -196,7 +204,7 @@ def _target_tuple(target, L):
     """Normalise a target given as a hermite Target, a string/sympy expression or (omega, a)."""
     if hasattr(target, "omega") and hasattr(target, "a"):
         return ("ps", float(target.omega), float(target.a))
-    if isinstance(target, tuple) and target and target[0] in ("ps", "expr", "callable"):
+    if isinstance(target, tuple) and target and target[0] in ("ps", "psA", "expr", "callable"):
         return target
     from theory.hermite import parse_target
 
@@ -208,39 +216,34 @@ def as_spec(model) -> SimSpec:
     """Read a ``theory.models.ssi`` model object (or a SimSpec) into a :class:`SimSpec`."""
     if isinstance(model, SimSpec):
         return model
-    name = type(model).__name__.lower()
-    if "untied" in name:
-        kind = "untied"
-    elif "tied" in name:
-        kind = "tied"
-    elif "attention" in name:
-        kind = "attention"
-    else:
-        kind = getattr(model, "kind", None)
-        if kind not in ("attention", "tied", "untied"):
-            raise ValueError(f"cannot simulate a {type(model).__name__}: pass an AttentionModel, "
-                             "TiedNetwork, UntiedNetwork or a SimSpec")
+    kind = getattr(model, "kind", None)
+    if kind not in ("attention", "tied", "untied"):
+        raise ValueError(f"cannot simulate a {type(model).__name__}: pass an AttentionModel, "
+                         "TiedNetwork, UntiedNetwork or a SimSpec")
     L = int(model.L)
-    target = _target_tuple(model.target, L)
-    pe = getattr(model, "pe", "none")
-    if pe is not None and not isinstance(pe, str):
-        pe = tuple(map(tuple, np.asarray(pe, dtype=float)))
-    gram = getattr(model, "gram", None)
-    if gram is not None and pe not in ("none", None) and not isinstance(pe, str):
-        pe = tuple(map(tuple, np.asarray(gram, dtype=float)))
-    red = getattr(model, "reduction", "identity")
-    scale = getattr(model, "trace_scale", None)
-    if scale is None:
-        scale = getattr(model, "trace_norm", 1.0)
-    act = getattr(model, "activation", "relu")
-    if not isinstance(act, str):
-        act = getattr(act, "name", str(act))
-    pa = getattr(model, "proj_a", None)
-    pb = getattr(model, "proj_b", None)
-    return SimSpec(kind=kind, L=L, target=target, pe=pe, reduction=str(red),
-                   activation=str(act), trace_scale=float(scale),
-                   proj_a=None if pa is None else tuple(np.asarray(pa, float)),
-                   proj_b=None if pb is None else tuple(np.asarray(pb, float)))
+    tg = model.target
+    if hasattr(tg, "omega") and hasattr(tg, "A"):
+        if getattr(tg, "a", None) is not None:
+            target = ("ps", float(tg.omega), float(tg.a))
+        else:
+            target = ("psA", float(tg.omega), tuple(np.asarray(tg.A, float).ravel()))
+    elif hasattr(tg, "expr"):
+        target = ("expr", tg.expr)
+    else:
+        target = _target_tuple(tg, L)
+    if kind == "attention":
+        if getattr(model, "r", 0):
+            pe = model.pe if model.pe == "opposite" else tuple(
+                map(tuple, np.asarray(model.G, dtype=float)))
+        else:
+            pe = "none"
+        red = model.reduction
+        scale = 1.0 if getattr(model, "trace_norm", "sum") == "sum" else 1.0 / math.sqrt(L)
+        proj = getattr(model, "proj", None)
+        return SimSpec(kind=kind, L=L, target=target, pe=pe, reduction=red, trace_scale=scale,
+                       proj_a=None if proj is None else tuple(proj[0]),
+                       proj_b=None if proj is None else tuple(proj[1]))
+    return SimSpec(kind=kind, L=L, target=target, activation=str(model.activation))
 
 
 # =========================================================================== result
@@ -279,14 +282,15 @@ class SGDResult(Result):
         return to_jsonable(out)
 
 
-def classify_minimum(e, m, *, threshold: float = 0.5) -> str:
-    """'semantic' if |m| dominates, 'positional' if ||e|| dominates, 'other' when
-    sqrt(m^2 + ||e||^2) < threshold (no macroscopic overlap)."""
+def classify_minimum(e, m) -> str:
+    """The ODE's rule (``theory.models.ssi.classify_minimum``): "semantic" within 15 degrees of
+    the m axis with norm > 0.5, "positional" within 15 degrees of the e axis, else "other"."""
     en = float(np.linalg.norm(np.atleast_1d(np.asarray(e, dtype=float))))
     mm = abs(float(m))
-    if not np.isfinite(en + mm) or math.hypot(en, mm) < threshold:
+    if not np.isfinite(en + mm) or math.hypot(en, mm) < 0.5:
         return "other"
-    return "semantic" if mm >= en else "positional"
+    ang = math.degrees(math.atan2(en, mm))
+    return "semantic" if ang < 15 else ("positional" if ang > 75 else "other")
 
 
 # =========================================================================== the driver

@@ -1,0 +1,400 @@
+"""Figures of the finite-d SGD side of the sequence single-index model (issue 4).
+
+Every figure function has the signature ``fn(out_dir: Path, quick: bool) -> dict(files=[...],
+numbers=[dict(name, value, how)])`` and is listed in :data:`FIGURES`.  Simulations use the exact
+reduced chain (``theory.simulate.reduced``; validated in law against the full d-dimensional
+simulator in tests/test_sgd_reduced.py) and the ODE of ``theory.models.ssi``.  SGD runs are
+appended to ``<out_dir>/.sgd-runs/<figure>-<hash>.jsonl`` as they finish, so an interrupted
+figure resumes without recomputing them.
+
+Normalisation: code normalisation of spec section 1 (x_l ~ N(0, I/d), ||w||^2 = ||w*||^2 = d),
+ODE time t = gamma nu / d, nu = SGD steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from theory._util import atomic_savefig
+from theory.plots import use_agg
+
+__all__ = ["FIGURES", "TARGETS_SIE"]
+
+#: SIE-k demonstration targets on L = 2 tokens with the tied-network activation that sees them
+#: (s = (z1 + z2)/sqrt(2) is the tied direction; the signs make the tied drift positive).
+TARGETS_SIE = {
+    1: ("(z1+z2)/sqrt(2)", "relu"),
+    2: ("He2((z1+z2)/sqrt(2))/sqrt(2)", "he2"),
+    3: ("-He3((z1+z2)/sqrt(2))/sqrt(6)", "erf"),
+}
+
+
+def _workers(quick):
+    import os
+
+    return min(2, os.cpu_count() or 1)
+
+
+def _runs(out_dir, name, model, d, lr, seeds, quick, **kw):
+    """simulate_seeds on the reduced chain with a resumable per-parameter JSON-lines file."""
+    from theory.simulate.sgd import as_spec, simulate_seeds
+
+    spec = as_spec(model)
+    key = json.dumps(dict(spec=spec.describe(), d=d, lr=lr, kw={k: repr(v) for k, v in
+                                                              sorted(kw.items())}),
+                     sort_keys=True, default=str)
+    h = hashlib.sha1(key.encode()).hexdigest()[:12]
+    path = Path(out_dir) / ".sgd-runs" / f"{name}-{h}.jsonl"
+    return simulate_seeds(spec, d, lr, list(seeds), reduced=True, workers=_workers(quick),
+                          progress=True, out=path, **kw)
+
+
+def _fig(nrows=1, ncols=1, **kw):
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, **kw)
+
+
+def _save(fig, out_dir, name):
+    import matplotlib.pyplot as plt
+
+    path = Path(out_dir) / f"{name}.png"
+    fig.tight_layout()
+    atomic_savefig(fig, path, dpi=130)
+    plt.close(fig)
+    return str(path)
+
+
+def _tied(expr, act, L=2):
+    from theory.models import ssi
+
+    return ssi.TiedNetwork(expr, L=L, activation=act)
+
+
+# =========================================================================== trajectories
+
+
+def fig_trajectories(out_dir, quick):
+    """ODE vs SGD m(t) for SIE 1, 2, 3 targets (tied network, L = 2, no encoding: e = 0)."""
+    from theory.models import ssi
+
+    d = 1000 if quick else 10_000
+    n_seeds = 6 if quick else 24
+    lrs = {1: 0.1, 2: 0.01, 3: 0.5 / math.sqrt(d)}
+    fig, axes = _fig(1, 3, figsize=(13, 3.8))
+    numbers = []
+    for ax, k in zip(axes, (1, 2, 3)):
+        expr, act = TARGETS_SIE[k]
+        model = _tied(expr, act)
+        lr = lrs[k]
+        m0 = 1 / math.sqrt(d)
+        ode = ssi.integrate_ode(model, lr, d, m0=m0, eta=0.5)
+        mf = abs(ode.final_m)
+        half = np.nonzero(np.abs(ode.m) >= 0.5 * max(mf, 1e-3))[0]
+        t_end = float(ode.t[half[0]]) * 3.0 if len(half) else float(ode.t[-1])
+        t_end = min(t_end, float(ode.t[-1]))
+        steps = int(math.ceil(t_end * d / lr))
+        res = _runs(out_dir, f"traj-sie{k}", model, d, lr, range(n_seeds), quick, steps=steps,
+                    m0=m0, eta=0.5, n_record=120)
+        M = np.abs(np.array([r.m for r in res]))
+        t = res[0].t
+        for row in M:
+            ax.plot(t[1:], row[1:], color="0.75", lw=0.6)
+        mu = M.mean(0)
+        se = M.std(0, ddof=1) / math.sqrt(len(M))
+        sel = np.unique(np.geomspace(1, len(t) - 1, 25).astype(int))
+        ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3.5, capsize=2, color="C0",
+                    label=f"SGD, mean ± SE of {len(M)} seeds (grey: single runs)")
+        ax.plot(ode.t[ode.t <= t_end], np.abs(ode.m[ode.t <= t_end]), color="C3", lw=2,
+                label="ODE (theory)")
+        ax.set_xscale("log")
+        ax.set_xlabel("t = γ ν / d")
+        ax.set_ylabel("|m| = |w·w*| / d")
+        ax.set_title(f"SIE {k}: g = {expr}, σ = {act}\nd = {d}, γ = {lr:.3g}, m0 = 1/√d",
+                     fontsize=9)
+        ax.legend(fontsize=7, loc="upper left")
+        # discrepancy at the end of the window
+        numbers.append(dict(
+            name=f"sgd_traj_sie{k}_final_m_sim_minus_ode",
+            value=float(mu[-1] - np.interp(t[-1], ode.t, np.abs(ode.m))),
+            how=f"mean |m| of {len(M)} reduced-SGD seeds at t = {t[-1]:.3g} minus the ODE value; "
+                f"tied network L=2, d={d}, gamma={lr:.3g}, m0=1/sqrt(d)"))
+    return dict(files=[_save(fig, out_dir, "sgd-trajectories")], numbers=numbers)
+
+
+# =========================================================================== escape times
+
+
+def _escape_setup(quick):
+    if quick:
+        ds = {1: [100, 316, 1000, 3162, 10_000], 2: [100, 316, 1000, 3162, 10_000],
+              3: [10, 32, 100, 316, 1000]}
+        seeds = {1: 8, 2: 8, 3: 6}
+    else:
+        ds = {1: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
+              2: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
+              3: [32, 100, 316, 1000, 3162]}
+        seeds = {1: 32, 2: 32, 3: 16}
+    # best admissible step sizes of spec section 5: O(1), O(1/log d), O(1/sqrt(d))
+    lr = {1: lambda d: 0.5, 2: lambda d: 0.1 / math.log(d), 3: lambda d: 0.5 / math.sqrt(d)}
+    return ds, seeds, lr
+
+
+def _scale(k, d):
+    d = np.asarray(d, float)
+    return {1: d, 2: d * np.log(d) ** 2, 3: d**2}[k]
+
+
+def fig_escape(out_dir, quick):
+    """Weak-recovery steps vs d for SIE 1, 2, 3 (tied network, L = 2), with fitted slopes."""
+    ds, nseeds, lrule = _escape_setup(quick)
+    eta = 0.5
+    fig, axes = _fig(1, 2, figsize=(12, 4.4))
+    numbers = []
+    names = {1: "d", 2: "d log² d", 3: "d²"}
+    for k in (1, 2, 3):
+        expr, act = TARGETS_SIE[k]
+        model = _tied(expr, act)
+        mean, se = [], []
+        for d in ds[k]:
+            res = _runs(out_dir, f"escape-sie{k}", model, d, lrule[k](d), range(nseeds[k]), quick,
+                        m0=1 / math.sqrt(d), eta=eta, margin=0.0, t_margin=0.0,
+                        max_steps=int(2e9))
+            nu = np.array([np.nan if r.steps_escape is None else r.steps_escape for r in res],
+                          float)
+            mean.append(np.nanmean(nu))
+            se.append(np.nanstd(nu, ddof=1) / math.sqrt(np.isfinite(nu).sum()))
+        d_arr = np.array(ds[k], float)
+        mean, se = np.array(mean), np.array(se)
+        slope_d = np.polyfit(np.log(d_arr), np.log(mean), 1)[0]
+        slope_s = np.polyfit(np.log(_scale(k, d_arr)), np.log(mean), 1)[0]
+        axes[0].errorbar(d_arr, mean, yerr=se, fmt="o", capsize=2, color=f"C{k - 1}",
+                         label=f"SIE {k} (SGD): slope {slope_d:.2f} in d")
+        ref = _scale(k, d_arr)
+        axes[0].plot(d_arr, ref * mean[-1] / ref[-1], "--", color=f"C{k - 1}",
+                     label=f"∝ {names[k]} (theory)")
+        axes[1].errorbar(d_arr, mean / _scale(k, d_arr), yerr=se / _scale(k, d_arr), fmt="o-",
+                         capsize=2, color=f"C{k - 1}",
+                         label=f"SIE {k}: ν / ({names[k]}), log-log slope {slope_s - 1:+.2f}")
+        how = (f"least squares of log(mean nu_eta) on log d, tied net L=2 {expr} sigma={act}, "
+               f"eta={eta}, m0=1/sqrt(d), gamma={['0.5', '0.1/log d', '0.5/sqrt d'][k - 1]}, "
+               f"d={ds[k][0]}..{ds[k][-1]}, {nseeds[k]} seeds per d, exact reduced SGD")
+        numbers.append(dict(name=f"sgd_escape_slope_sie{k}", value=float(slope_d), how=how))
+        numbers.append(dict(name=f"sgd_escape_slope_vs_scale_sie{k}", value=float(slope_s),
+                            how=f"slope of log(mean nu_eta) on log({names[k]}) (1 = the "
+                                f"predicted scaling); same runs"))
+    ax = axes[0]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("d")
+    ax.set_ylabel("weak-recovery step ν_η (mean ± SE)")
+    ax.set_title(f"escape to |m| ≥ η = {eta} from m0 = 1/√d at the best admissible γ\n"
+                 "γ = 0.5 (SIE 1), 0.1/log d (SIE 2), 0.5/√d (SIE 3)", fontsize=9)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("d")
+    ax.set_ylabel("ν_η / predicted scale")
+    ax.set_title("ratio to the predicted scaling (flat = agreement)", fontsize=9)
+    ax.legend(fontsize=7)
+    return dict(files=[_save(fig, out_dir, "sgd-escape")], numbers=numbers)
+
+
+# =========================================================================== gain
+
+
+def fig_gain(out_dir, quick):
+    """Tied vs untied gain vs L at equal and optimal step sizes against the Hermite prediction."""
+    from theory.simulate.gain import gain_curve
+
+    if quick:
+        Ls, d, seeds = [1, 2, 3, 4], 300, 8
+    else:
+        Ls, d, seeds = list(range(1, 11)), 1000, 24
+    setups = [("sum_he2", "Σ_l He2(z_l)/√2", 0.01), ("sum_z", "Σ_l z_l/√L", 0.015)]
+    fig, axes = _fig(1, 2, figsize=(12, 4.4))
+    numbers = []
+    for ax, (fam, label, lr) in zip(axes, setups):
+        for j, rule in enumerate(("equal", "optimal")):
+            rows = gain_curve(fam, Ls, simulate=True, d=d, lr=lr, seeds=seeds, step_rule=rule,
+                              activation="relu", eta=0.5, workers=_workers(quick),
+                              lrs=lr * np.geomspace(0.25, 8.0, 4 if quick else 6))
+            L_arr = np.array([r["L"] for r in rows])
+            ax.plot(L_arr, [r["gain_predicted"] for r in rows], "-", color=f"C{j}",
+                    label=f"theory, {rule} γ (theory.hermite gain_{rule})")
+            ax.errorbar(L_arr, [r["gain_sim"] for r in rows],
+                        yerr=[r["gain_sim_err"] for r in rows], fmt="o", capsize=2,
+                        color=f"C{j}", label=f"SGD, {rule} γ (mean ± SE, {seeds} seeds)")
+            slope = np.polyfit(np.log(L_arr), np.log([r["gain_sim"] for r in rows]), 1)[0]
+            numbers.append(dict(
+                name=f"sgd_gain_{fam}_{rule}_slope", value=float(slope),
+                how=f"log-log slope of simulated nu_untied/nu_tied vs L={Ls[0]}..{Ls[-1]}, "
+                    f"relu, d={d}, eta=0.5, {seeds} seeds, "
+                    + (f"gamma={lr}" if rule == "equal" else
+                       "best gamma of a geometric grid per network") + "; reduced SGD"))
+            numbers.append(dict(
+                name=f"sgd_gain_{fam}_{rule}_Lmax", value=float(rows[-1]["gain_sim"]),
+                how=f"simulated gain at L={Ls[-1]} (prediction {rows[-1]['gain_predicted']:.3g})"))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length L")
+        ax.set_ylabel("gain ν_untied / ν_tied")
+        ax.set_title(f"target {label}, ReLU, d = {d}, η = 0.5, equal γ = {lr}", fontsize=9)
+        ax.legend(fontsize=7)
+    return dict(files=[_save(fig, out_dir, "sgd-gain")], numbers=numbers)
+
+
+# =========================================================================== pathological targets
+
+
+def fig_pathological(out_dir, quick):
+    """z1 - z2 and (z1^2 - z2^2)/sqrt(2): the tied network stays at m ~ 0, the untied learns."""
+    from theory.models import ssi
+
+    d = 1000 if quick else 5000
+    n_seeds = 6 if quick else 20
+    setups = [("z1 - z2", "linear", 0.05), ("(z1^2 - z2^2)/sqrt(2)", "relu", 0.05)]
+    fig, axes = _fig(1, 2, figsize=(12, 4.2))
+    numbers = []
+    for ax, (expr, act, lr) in zip(axes, setups):
+        t_end = 30.0
+        steps = int(t_end * d / lr)
+        for j, cls in enumerate((ssi.TiedNetwork, ssi.UntiedNetwork)):
+            model = cls(expr, L=2, activation=act)
+            name = "tied" if j == 0 else "untied"
+            res = _runs(out_dir, f"patho-{name}", model, d, lr, range(n_seeds), quick,
+                        steps=steps, m0=1 / math.sqrt(d), n_record=80)
+            M = np.abs(np.array([r.m for r in res]))
+            t = res[0].t
+            mu, se = M.mean(0), M.std(0, ddof=1) / math.sqrt(len(M))
+            sel = np.unique(np.geomspace(1, len(t) - 1, 30).astype(int))
+            ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3, capsize=2,
+                        color=f"C{j}", label=f"{name} SGD (mean ± SE, {len(M)} seeds)")
+            try:
+                ode = ssi.integrate_ode(model, lr, d, m0=1 / math.sqrt(d), t_max=t_end)
+                ax.plot(ode.t, np.abs(ode.m), color=f"C{j}", lw=1.8, label=f"{name} ODE")
+            except Exception as exc:  # the ODE is another module's; keep the SGD figure
+                ax.text(0.02, 0.5 - 0.1 * j, f"{name} ODE unavailable: {exc}"[:70],
+                        transform=ax.transAxes, fontsize=6)
+            numbers.append(dict(name=f"sgd_pathological_{name}_{expr.replace(' ', '')}_final_m",
+                                value=float(mu[-1]),
+                                how=f"mean |m| (untied: ||W w*/d||/sqrt(L)) at t={t_end} over "
+                                    f"{len(M)} seeds, sigma={act}, d={d}, gamma={lr}, "
+                                    "m0=1/sqrt(d), reduced SGD"))
+        ax.set_xscale("log")
+        ax.set_xlabel("t = γ ν / d")
+        ax.set_ylabel("|m| (untied: ||W w*/d|| / √L)")
+        ax.set_title(f"target {expr}, σ = {act}, L = 2, d = {d}, γ = {lr}\n"
+                     "tied contraction C·(1,1) = 0: tied stuck, untied learns", fontsize=9)
+        ax.legend(fontsize=7)
+    return dict(files=[_save(fig, out_dir, "sgd-pathological")], numbers=numbers)
+
+
+# =========================================================================== fraction positional
+
+
+def fig_fraction_positional(out_dir, quick):
+    """Fraction of SGD runs from (e, m) = (0, 0) ending positional vs omega at a = 1."""
+    from theory.models import ssi
+
+    a, lr = 1.0, 0.05
+    if quick:
+        d, omegas, n_seeds, t_end = 300, np.linspace(0.5, 0.8, 7), 12, 20.0
+    else:
+        d, omegas, n_seeds, t_end = 1000, np.linspace(0.45, 0.85, 17), 40, 30.0
+    steps = int(t_end * d / lr)
+    frac, err, frac_other = [], [], []
+    for om in omegas:
+        model = ssi.ps_model(a, float(om))
+        res = _runs(out_dir, "fracpos", model, d, lr, range(n_seeds), quick, steps=steps,
+                    start="origin", n_record=20)
+        mins = [r.minimum for r in res]
+        p = np.mean([mm == "positional" for mm in mins])
+        frac.append(p)
+        err.append(math.sqrt(max(p * (1 - p), 1.0 / n_seeds) / n_seeds))
+        frac_other.append(np.mean([mm == "other" for mm in mins]))
+    b = ssi.boundaries(a)
+    sw = b["omega_steepest_switch"]
+    fig, ax = _fig(figsize=(6.4, 4.4))
+    ax.errorbar(omegas, frac, yerr=err, fmt="o-", capsize=2,
+                label=f"SGD: fraction ending positional ({n_seeds} runs/ω, binomial SE)")
+    ax.plot(omegas, frac_other, "x:", color="0.5", label="fraction unclassified ('other')")
+    if sw is not None:
+        ax.axvline(sw, color="C3", ls="--", label=f"theory: steepest direction switches, ω = "
+                                                   f"{sw:.3f}")
+    if b.get("omega_global_switch") is not None:
+        ax.axvline(b["omega_global_switch"], color="C2", ls=":",
+                   label=f"theory: global minimum switches, ω = {b['omega_global_switch']:.3f}")
+    ax.set_xlabel("ω (weight of the positional part of the target)")
+    ax.set_ylabel("fraction of runs")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(f"attention, L = 2, P1 = −P2, a = {a}, d = {d}, γ = {lr}, start (e, m) = (0, 0),"
+                 f"\nstate classified at t = {t_end}", fontsize=9)
+    ax.legend(fontsize=7)
+    # crossing point of the empirical fraction with 1/2
+    fr = np.array(frac)
+    idx = np.nonzero((fr[:-1] < 0.5) & (fr[1:] >= 0.5))[0]
+    if len(idx):
+        i = idx[0]
+        cross = float(omegas[i] + (0.5 - fr[i]) * (omegas[i + 1] - omegas[i]) / (fr[i + 1] - fr[i]))
+    else:
+        cross = float("nan")
+    numbers = [
+        dict(name="sgd_fraction_positional_half_omega", value=cross,
+             how=f"omega where the fraction of runs ending positional crosses 1/2 (linear "
+                 f"interpolation), a=1, d={d}, gamma={lr}, {n_seeds} runs per omega, start at "
+                 f"the origin, reduced SGD to t={t_end}"),
+        dict(name="sgd_theory_omega_steepest_switch", value=sw,
+             how="theory.models.ssi.boundaries(1.0)['omega_steepest_switch']"),
+    ]
+    return dict(files=[_save(fig, out_dir, "sgd-fraction-positional")], numbers=numbers)
+
+
+# =========================================================================== landscape
+
+
+def fig_landscape_trajectories(out_dir, quick):
+    """Risk landscape at a = 1, omega = 0.67 with SGD trajectories from the origin."""
+    from theory.models import ssi
+
+    a, om, lr = 1.0, 0.67, 0.05
+    d, n_seeds, t_end = (300, 6, 20.0) if quick else (1000, 12, 30.0)
+    model = ssi.ps_model(a, om)
+    res = _runs(out_dir, "landscape", model, d, lr, range(n_seeds), quick,
+                steps=int(t_end * d / lr), start="origin", n_record=150)
+    trajs = [(np.asarray(r.e, float), np.asarray(r.m, float)) for r in res]
+    fig, ax = _fig(figsize=(6.2, 5.4))
+    try:
+        from theory.plots.sgd_phase import plot_landscape
+
+        plot_landscape(a, om, trajectories=res, ax=ax)
+    except ImportError:
+        ax.text(0.5, 0.5, "theory.plots.sgd_phase.plot_landscape unavailable",
+                transform=ax.transAxes, ha="center")
+        for e, m in trajs:
+            ax.plot(e, m, lw=0.8)
+    ax.set_title(f"risk landscape R(e, m) (theory) and SGD trajectories (simulation)\n"
+                 f"a = {a}, ω = {om}, d = {d}, γ = {lr}, {n_seeds} runs from the origin",
+                 fontsize=9)
+    n_pos = sum(r.minimum == "positional" for r in res)
+    numbers = [dict(name="sgd_landscape_fraction_positional", value=n_pos / len(res),
+                    how=f"fraction of the {len(res)} plotted runs (a=1, omega=0.67, d={d}, "
+                        f"gamma={lr}) ending positional at t={t_end}")]
+    return dict(files=[_save(fig, out_dir, "sgd-landscape-trajectories")], numbers=numbers)
+
+
+FIGURES = {
+    "sgd-trajectories": fig_trajectories,
+    "sgd-escape": fig_escape,
+    "sgd-gain": fig_gain,
+    "sgd-pathological": fig_pathological,
+    "sgd-fraction-positional": fig_fraction_positional,
+    "sgd-landscape-trajectories": fig_landscape_trajectories,
+}
