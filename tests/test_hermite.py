@@ -432,3 +432,51 @@ def test_op_norm_estimate_against_brute_force():
     U = np.stack([np.cos(th), np.sin(th)], axis=1)
     brute = np.max(np.abs(np.einsum("ijk,ni,nj,nk->n", T, U, U, U)))
     assert op_norm(T)[0] == pytest.approx(brute, rel=1e-8)
+
+
+# --------------------------------------------------------------------------- symbolic vs numeric
+
+
+@pytest.mark.parametrize("expr", ["Max(x, 0)", "Abs(x)", "sign(x)", "Abs(x - 1/3)"])
+def test_numerical_path_agrees_with_exact_piecewise(expr):
+    # the adaptive-quadrature path (used for non-piecewise-polynomial functions), forced on
+    # piecewise polynomials, against their exact sympy coefficients; tolerance: 1e-10 absolute
+    from theory.hermite import _univariate_exact, _univariate_numeric
+
+    x = sp.Symbol("x", real=True)
+    h = sp.sympify(expr, locals={"x": x})
+    exact = np.array([float(v) for v in _univariate_exact(h, x, 8)])
+    num, err = _univariate_numeric(h, x, 8, 1e-11)
+    assert err < 1e-9
+    np.testing.assert_allclose(num, exact, rtol=0, atol=1e-10)
+
+
+def test_gauss_hermite_block_agrees_with_separable_quadrature():
+    # tanh(z1) tanh(z2 + 1/2) via 2-D tensor Gauss-Hermite vs the product of 1-D quadratures
+    from theory.hermite import _block_gh, _univariate_numeric
+
+    z1, z2 = sp.symbols("z1 z2", real=True)
+    K = 4
+    d, diff, conv, _ = _block_gh(sp.tanh(z1) * sp.tanh(z2 + sp.Rational(1, 2)), [z1, z2], K, 1e-10)
+    assert conv and diff < 1e-9
+    a, _ = _univariate_numeric(sp.tanh(z1), z1, K, 1e-12)
+    b, _ = _univariate_numeric(sp.tanh(z2 + sp.Rational(1, 2)), z2, K, 1e-12)
+    for (i, j), v in d.items():
+        assert v == pytest.approx(a[i] * b[j], abs=1e-9)
+
+
+def test_ridge_numeric_matches_gauss_hermite():
+    # tanh(z1 + 2 z2) is handled as a ridge function (1-D quadrature in u.z); compare with the
+    # 2-D Gauss-Hermite projection of the same function
+    from theory.hermite import _block_gh
+
+    z1, z2 = sp.symbols("z1 z2", real=True)
+    Cs, exact = hermite_tensors(sp.tanh(z1 + 2 * z2), max_order=3, L=2)
+    assert not exact
+    d, diff, conv, _ = _block_gh(sp.tanh(z1 + 2 * z2), [z1, z2], 3, 1e-9)
+    for alpha, v in d.items():
+        k = sum(alpha)
+        idx = (0,) * alpha[0] + (1,) * alpha[1]
+        af = math.factorial(alpha[0]) * math.factorial(alpha[1])
+        # C_k[idx] = a_alpha alpha!/k!; the GH result carries its own convergence error
+        assert Cs[k][idx] == pytest.approx(v * af / math.factorial(k), abs=max(10 * diff, 1e-9))

@@ -98,6 +98,7 @@ __all__ = [
     "SIEReport",
     "parse_target",
     "hermite_coefficients",
+    "HermiteCoefficients",
     "hermite_tensors",
     "sie",
     "analyze",
@@ -684,7 +685,13 @@ def _ridge(h: sp.Expr, syms: list):
 
 @dataclass
 class _Coeffs:
-    """a_alpha split into an exact (sympy) part and a numerical (float) part."""
+    """Hermite coefficients a_alpha (g = sum_alpha a_alpha He_alpha), alpha a tuple of L ints.
+
+    ``exact``: dict alpha -> sympy number (exact contributions); ``numeric``: dict alpha ->
+    float (quadrature contributions); the coefficient is their sum, :meth:`value`.
+    ``tolerance``: achieved absolute accuracy of the numerical part (0 if exact);
+    ``converged``: False when a Gauss-Hermite refinement stopped above ``tol``.
+    """
 
     L: int
     exact: dict = field(default_factory=dict)
@@ -772,20 +779,32 @@ def _factor_blocks(term: sp.Expr, syms_all):
                    for e, s in blocks]
 
 
+_X1 = sp.Symbol("_x", real=True)
+_UNIVARIATE_CACHE: dict = {}
+
+
 def _block_coeffs(h, syms, K, tol, store: _Coeffs, cache: dict):
     """Coefficients of one block h(z_S): (dict alpha_sub -> value, exact flag)."""
     key = (h, tuple(syms), K)
     if key in cache:
         return cache[key]
     if len(syms) == 1:
-        x = syms[0]
-        b = _univariate_exact(h, x, K)
-        if b is not None:
-            out = ({(j,): v for j, v in enumerate(b) if not _exact_is_zero(v)}, True)
-        else:
-            vals, err = _univariate_numeric(h, x, K, tol)
-            store.tolerance = max(store.tolerance, err)
-            out = ({(j,): float(v) for j, v in enumerate(vals)}, False)
+        # canonical variable: tanh(z1) and tanh(z7) share one computation (module-level cache)
+        hx = h.xreplace({syms[0]: _X1})
+        ukey = (hx, K, float(tol))
+        if ukey not in _UNIVARIATE_CACHE:
+            b = _univariate_exact(hx, _X1, K)
+            if b is not None:
+                res = ({(j,): v for j, v in enumerate(b) if not _exact_is_zero(v)}, True, 0.0)
+            else:
+                vals, err = _univariate_numeric(hx, _X1, K, tol)
+                res = ({(j,): float(v) for j, v in enumerate(vals)}, False, err)
+            if len(_UNIVARIATE_CACHE) > 512:
+                _UNIVARIATE_CACHE.clear()
+            _UNIVARIATE_CACHE[ukey] = res
+        d, ex, err = _UNIVARIATE_CACHE[ukey]
+        store.tolerance = max(store.tolerance, err)
+        out = (d, ex)
         cache[key] = out
         return out
     if h.is_polynomial(*syms):
@@ -912,6 +931,9 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
         else:
             store.exact[a] = v
     return store
+
+
+HermiteCoefficients = _Coeffs
 
 
 def tensor_from_coefficients(store: _Coeffs, k: int) -> np.ndarray:
