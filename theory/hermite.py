@@ -797,7 +797,10 @@ def _block_coeffs(h, syms, K, tol, store: _Coeffs, cache: dict):
             if b is not None:
                 res = ({(j,): v for j, v in enumerate(b) if not _exact_is_zero(v)}, True, 0.0)
             else:
-                vals, err = _univariate_numeric(hx, _X1, K, tol)
+                try:
+                    vals, err = _univariate_numeric(hx, _X1, K, tol)
+                except ValueError as exc:  # name the user's variable, not the canonical one
+                    raise ValueError(str(exc).replace(str(hx), str(h))) from None
                 res = ({(j,): float(v) for j, v in enumerate(vals)}, False, err)
             if len(_UNIVARIATE_CACHE) > 512:
                 _UNIVARIATE_CACHE.clear()
@@ -886,6 +889,11 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
     expr = t.expr
     if not t.is_polynomial:
         expr = _rewrite_max_min(expr)
+        # sign(a b) = sign(a) sign(b): exposes separable structure (e.g. sign(z1 z2))
+        expr = expr.replace(
+            lambda e: isinstance(e, sp.sign) and e.args[0].is_Mul,
+            lambda e: sp.Mul(*[sp.sign(f) for f in sp.Mul.make_args(e.args[0])]),
+        )
     terms = sp.Add.make_args(sp.expand(expr, power_exp=False))
     poly_part = sp.Add(*[q for q in terms if q.is_polynomial(*syms)])
     if poly_part != 0:
