@@ -25,16 +25,17 @@ Quantities of :func:`analyze` (spec section 5)
 ----------------------------------------------
 * ``sie``: the lowest k >= 1 with C_k != 0 (None for a constant target).  For L = 1 it is the
   classic information exponent (``information_exponent``).
-* ``tied_contraction`` = C_SIE x (1,...,1) = sum of all entries of C_SIE = sum_{|alpha|=SIE}
-  a_alpha * SIE!/alpha! * alpha!/SIE! ... = sum over index tuples; no 1/sqrt(L) factors.  It is
-  the drift coefficient alpha_tied of the tied dynamics m' ~ alpha_tied m^(SIE-1) in the spec's
-  convention (the true drift carries an extra L^(-SIE/2) common to tied and untied networks, see
-  spec section 8, which cancels in the gain).
+* ``tied_contraction`` = C_SIE x (1,...,1): the full contraction with the all-ones vector, i.e.
+  the sum of all entries of C_SIE, = sum_{|alpha| = SIE} a_alpha (each alpha occurs SIE!/alpha!
+  times with entry a_alpha alpha!/SIE!); no 1/sqrt(L) factors.  It is alpha_tied of the spec's
+  tied dynamics m' ~ alpha_tied m^(SIE-1).  The drift obtained from the loss carries an extra
+  L^(-SIE/2) (spec section 8), because the tied pre-activation is sum_l z_l / sqrt(L) =
+  u.z with u = 1/sqrt(L): E[g He_k(u.z)] = k! <C_k, u^(x)k> = k! L^(-k/2) C_k x (1..1).
 * ``op_norm`` = ||C_SIE||_op = max_{|u|=1} |<C_SIE, u^{(x)SIE}>| (Euclidean norm for SIE = 1,
-  largest |eigenvalue| for SIE = 2 -- both exact; for SIE >= 3 best of restarted shifted power
-  iterations, an ESTIMATE (a lower bound), certified exact (``op_norm_exact``) only when it matches
-  the upper bound given by the largest singular value of the L x L^(SIE-1) unfolding, or when
-  C_SIE is diagonal or L = 1).
+  largest |eigenvalue| for SIE = 2 -- both exact; for SIE >= 3 best of restarted local
+  maximisations on the sphere, an ESTIMATE (a lower bound), certified exact (``op_norm_exact``)
+  only when it matches the upper bound given by the largest singular value of the
+  L x L^(SIE-1) unfolding, or when C_SIE is diagonal or L = 1).
 * gains: ratio nu_untied / nu_tied of predicted weak-recovery step counts (untied network: rows
   on their own spheres, overlap m_untied = ||W w*/d|| / sqrt(L), threshold eta sqrt(L)):
       gain_optimal = (tied_contraction / op_norm)^2 * (L if SIE == 1 else 1)   (each at its best
@@ -59,8 +60,10 @@ Quantities of :func:`analyze` (spec section 5)
 * ``even_sie``: SIE of the even part (g(z) + g(-z))/2 = lowest EVEN order with C_k != 0 -- what
   attention without positional encoding sees (f_w is even in w).
 
-Exactness: polynomials (and piecewise polynomials such as relu, |z|, sign, Heaviside of one
-variable or of one linear form) give exact sympy coefficients (``exact = True``, ``tolerance =
+Exactness: the target is expanded into a sum of products of blocks on disjoint variables
+(coefficients of a product = tensor product of the blocks' coefficients).  Polynomials and
+piecewise polynomials (relu, |z|, sign, Heaviside, Max/Min) of one variable or of one linear form
+u.z ("ridge" blocks: C_k = b_k u^(x)k) give exact sympy coefficients (``exact = True``, ``tolerance =
 0``).  Other one-variable factors use adaptive quadrature (scipy ``quad_vec``, split at the
 kinks); other multi-variable blocks use tensor Gauss-Hermite with the number of nodes raised until
 the coefficients change by less than ``tol``; the report then says ``exact = False`` and gives the
