@@ -64,12 +64,13 @@ Exactness: the target is expanded into a sum of products of blocks on disjoint v
 (coefficients of a product = tensor product of the blocks' coefficients).  Polynomials and
 piecewise polynomials (relu, |z|, sign, Heaviside, Max/Min) of one variable or of one linear form
 u.z ("ridge" blocks: C_k = b_k u^(x)k) give exact sympy coefficients (``exact = True``,
-``tolerance = 0``).  Other one-variable factors use adaptive quadrature (scipy ``quad_vec``,
-split at the kinks); other multi-variable blocks use tensor Gauss-Hermite with the number of nodes raised until
-the coefficients change by less than ``tol``; the report then says ``exact = False`` and gives the
-achieved ``tolerance`` (absolute, on the a_alpha).  A numerical coefficient counts as zero when
-its magnitude is below ``zero_tol = max(100 * tolerance, 1e-12 * scale)`` (``scale`` = largest
-coefficient magnitude).
+``tolerance = 0``).  Other one-variable factors use adaptive quadrature (scipy
+``quad_vec``, split at the kinks); other multi-variable blocks use tensor Gauss-Hermite with the
+number of nodes raised until the coefficients change by less than ``tol``; the report then says
+``exact = False`` and gives the achieved ``tolerance`` (absolute, on the a_alpha), and
+``status = "max_iter"`` if the node sequence ended before reaching ``tol``.  A numerical
+coefficient counts as zero when its magnitude is below
+``zero_tol = max(100 * tolerance, 1e-12 * scale)`` (``scale`` = largest coefficient magnitude).
 
 Target strings
 --------------
