@@ -837,7 +837,7 @@ def integrate_ode(model, lr: float, d: float, m0=None, e0=None, eta=None, t_max=
         m = np.linalg.norm(Y, axis=1) / math.sqrt(L)
         e = np.zeros(len(Y))
         final_e, final_m = 0.0, float(np.linalg.norm(sol.y_final) / math.sqrt(L))
-        risk = np.array([model.risk(None, row) for row in Y])
+        risk = np.array([model.risk(None, np.clip(row, -1, 1)) for row in Y])
         minimum = "semantic" if final_m > 0.5 else "other"
     else:
         m_rows = None
@@ -846,7 +846,8 @@ def integrate_ode(model, lr: float, d: float, m0=None, e0=None, eta=None, t_max=
         fe = sol.y_final[:-1]
         final_e = float(fe[0]) if model.r == 1 else (fe.tolist() if model.r > 1 else 0.0)
         final_m = float(sol.y_final[-1])
-        risk = np.array([model.risk(row[:-1] if model.r else None, row[-1]) for row in Y])
+        risk = np.array([model.risk(row[:-1] if model.r else None, np.clip(row[-1], -1, 1))
+                         for row in Y])
         minimum = classify_minimum(fe, final_m)
     if sol.status != "converged":
         minimum = "other" if sol.status == "nan" else minimum

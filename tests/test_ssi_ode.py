@@ -1,0 +1,172 @@
+"""The (e, m) ODE of theory.models.ssi: closed-form cases, invariants, the weak-recovery event,
+and agreement with an independent numpy implementation of online spherical SGD at small d."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+from theory.models import ssi
+from theory.models._ssi_kernels import attention_jac
+
+
+def _closed(rhs, y0, ts):
+    sol = solve_ivp(rhs, (0, ts[-1]), y0, t_eval=ts, rtol=1e-11, atol=1e-13, method="DOP853")
+    return sol.y.T
+
+
+def test_tied_linear_network_matches_closed_form_ode():
+    # f = (z1+z2)/sqrt2, g = z1+z2: dR/dm = -2 sqrt2, K = 4 R = 4 (3 - 2 sqrt2 m)
+    lr, d = 0.05, 1000
+    res = ssi.integrate_ode(ssi.TiedNetwork("z1 + z2", 2, "linear"), lr=lr, d=d, m0=0.1)
+    s2 = math.sqrt(2)
+    ref = _closed(lambda t, y: [2 * s2 * (1 - y[0] ** 2) - lr / 2 * 4 * (3 - 2 * s2 * y[0]) * y[0]],
+                  [0.1], res.t)
+    assert np.allclose(res.m, ref[:, 0], atol=1e-6)
+    # stationary point: 2 sqrt2 (1 - m^2) = 2 lr (3 - 2 sqrt2 m) m
+    m_star = res.final_m
+    assert 2 * s2 * (1 - m_star**2) == pytest.approx(2 * lr * (3 - 2 * s2 * m_star) * m_star,
+                                                     abs=1e-7)
+    assert res.status == "converged" and res.minimum == "semantic"
+    assert np.allclose(res.steps, res.t * d / lr)
+
+
+def test_untied_linear_network_matches_closed_form_ode():
+    # untied linear: dR/dm_l = -sqrt2, K_l = 4 E(g-f)^2 / 2 = 2 R, R = 3 - sqrt2 (m1 + m2)
+    lr, s2 = 0.1, math.sqrt(2)
+    res = ssi.integrate_ode(ssi.UntiedNetwork("z1 + z2", 2, "linear"), lr=lr, d=400,
+                            m0=[0.05, -0.1])
+
+    def rhs(t, y):
+        R = 3 - s2 * (y[0] + y[1])
+        return [s2 * (1 - y[l] ** 2) - lr / 2 * 2 * R * y[l] for l in range(2)]
+
+    ref = _closed(rhs, [0.05, -0.1], res.t)
+    assert np.allclose(res.m_rows, ref, atol=1e-6)
+    assert np.allclose(res.m, np.linalg.norm(ref, axis=1) / s2, atol=1e-6)
+
+
+def test_circle_is_invariant_without_noise():
+    model = ssi.AttentionModel("1 + He2(z1) + z1*z2", 2, pe="opposite", reduction="trace")
+    res = ssi.integrate_ode(model, lr=0.0, d=100, e0=0.6, m0=0.8, t_max=20.0, n_out=30)
+    assert np.allclose(res.e**2 + res.m**2, 1.0, atol=1e-6)
+
+
+def test_escape_event_and_stuck_tied_network():
+    model = ssi.TiedNetwork("He2(z1) + He2(z2)", 2, "relu")
+    d, lr = 1000, 0.05
+    res = ssi.integrate_ode(model, lr=lr, d=d)
+    assert res.t_escape is not None and res.steps_escape == pytest.approx(res.t_escape * d / lr)
+    eta = 2 / math.sqrt(d)
+    part = ssi.integrate_ode(model, lr=lr, d=d, t_max=res.t_escape, n_out=5)
+    assert abs(part.m[-1]) == pytest.approx(eta, rel=1e-5)
+    # small-m growth: m' = (4/sqrt(2 pi) - lr K(0)/2) m at leading order (K(0) = 10)
+    rate = 4 / math.sqrt(2 * math.pi) - lr * 10 / 2
+    assert res.t_escape == pytest.approx(math.log(2) / rate, rel=2e-2)
+    stuck = ssi.integrate_ode(ssi.TiedNetwork("z1 - z2", 2, "relu"), lr=lr, d=d)
+    assert stuck.t_escape is None and stuck.minimum == "other"
+    untied = ssi.integrate_ode(ssi.UntiedNetwork("z1 - z2", 2, "relu"), lr=lr, d=d)
+    assert untied.t_escape is not None and untied.minimum == "semantic"
+
+
+# --------------------------------------------------------------------------- vs numpy SGD
+
+
+def _numpy_sgd_tied(d, lr, m0, t_grid, seeds, rng):
+    """Independent online spherical SGD for the tied relu network, target He2(z1)+He2(z2):
+    returns m (len(seeds), len(t_grid)).  Several seeds advance together (vectorised)."""
+    L = 2
+    S = len(seeds)
+    wstar = np.zeros(d)
+    wstar[0] = math.sqrt(d)
+    w = rng.standard_normal((S, d))
+    w[:, 0] = 0.0
+    w *= math.sqrt(d * (1 - m0**2)) / np.linalg.norm(w, axis=1, keepdims=True)
+    w[:, 0] = m0 * math.sqrt(d)
+    steps = np.round(np.asarray(t_grid) * d / lr).astype(int)
+    out = np.zeros((S, len(steps)))
+    j = 0
+    for nu in range(steps[-1] + 1):
+        while j < len(steps) and steps[j] == nu:
+            out[:, j] = w @ wstar / d
+            j += 1
+        X = rng.standard_normal((S, L, d)) / math.sqrt(d)
+        zs = X @ wstar  # (S, L)
+        y = np.sum(zs**2 - 1, axis=1)
+        z = np.einsum("sld,sd->sl", X, w)
+        u = z.sum(axis=1) / math.sqrt(L)
+        f = np.maximum(u, 0)
+        gl = -2 * (y - f) * (u > 0) / math.sqrt(L)  # dl/dz_l (same for every l)
+        grad = gl[:, None] * X.sum(axis=1)
+        w = w - lr * grad
+        w *= math.sqrt(d) / np.linalg.norm(w, axis=1, keepdims=True)
+    return out
+
+
+def test_ode_matches_numpy_sgd_tied_network():
+    d, lr, m0 = 600, 0.1, 0.25
+    t_grid = np.array([0.0, 0.5, 1.0, 2.0])
+    sim = _numpy_sgd_tied(d, lr, m0, t_grid, range(6), np.random.default_rng(3))
+    res = ssi.integrate_ode(ssi.TiedNetwork("He2(z1) + He2(z2)", 2, "relu"), lr=lr, d=d, m0=m0,
+                            t_max=2.0, n_out=400)
+    ode = np.interp(t_grid, np.concatenate([[0], res.t]), np.concatenate([[m0], res.m]))
+    mean = sim.mean(axis=0)
+    sem = sim.std(axis=0, ddof=1) / math.sqrt(sim.shape[0])
+    # 4 standard errors plus a finite-size allowance 0.02 (O(1/d) drift corrections)
+    assert np.all(np.abs(mean - ode) <= 4 * sem + 0.02), (mean, ode, sem)
+    assert ode[-1] - ode[0] > 0.3  # the comparison is over a macroscopic change of m
+
+
+def _numpy_sgd_attention_ps(d, lr, e0, m0, a, omega, t_grid, n_seeds, rng):
+    """Independent online SGD for tied attention with P_1 = -P_2 = p, identity reduction,
+    squared Frobenius loss, target (1-omega) softmax(z*z*^T) + omega A_a."""
+    S = n_seeds
+    wstar = np.zeros(d)
+    wstar[0] = math.sqrt(d)
+    p = np.zeros(d)
+    p[1] = 1.0
+    P = np.stack([p, -p])  # (2, d)
+    A = ssi.positional_matrix(a)
+    w = rng.standard_normal((S, d))
+    w[:, :2] = 0.0
+    w *= math.sqrt(d * (1 - m0**2 - e0**2)) / np.linalg.norm(w, axis=1, keepdims=True)
+    w[:, 0] = m0 * math.sqrt(d)
+    w[:, 1] = e0 * math.sqrt(d)
+    steps = np.round(np.asarray(t_grid) * d / lr).astype(int)
+    out_m = np.zeros((S, len(steps)))
+    out_e = np.zeros((S, len(steps)))
+    j = 0
+    for nu in range(steps[-1] + 1):
+        while j < len(steps) and steps[j] == nu:
+            out_m[:, j] = w @ wstar / d
+            out_e[:, j] = w @ p / math.sqrt(d)
+            j += 1
+        X = rng.standard_normal((S, 2, d)) / math.sqrt(d)
+        zs = X @ wstar
+        y = (1 - omega) * attention_jac(zs)[0] + omega * A
+        Xp = X + P[None] / math.sqrt(d)
+        z = np.einsum("sld,sd->sl", Xp, w)
+        F, dF = attention_jac(z)
+        gl = -2 * np.einsum("sij,sijl->sl", y - F, dF)
+        grad = np.einsum("sl,sld->sd", gl, Xp)
+        w = w - lr * grad
+        w *= math.sqrt(d) / np.linalg.norm(w, axis=1, keepdims=True)
+    return out_e, out_m
+
+
+@pytest.mark.slow
+def test_ode_matches_numpy_sgd_attention_with_positional_encoding():
+    d, lr, e0, m0 = 500, 0.1, 0.3, 0.3
+    a, omega = 1.0, 0.67
+    t_grid = np.array([0.0, 2.0, 5.0, 10.0])
+    se, sm = _numpy_sgd_attention_ps(d, lr, e0, m0, a, omega, t_grid, 6,
+                                     np.random.default_rng(5))
+    res = ssi.integrate_ode(ssi.ps_model(a, omega), lr=lr, d=d, e0=e0, m0=m0, t_max=10.0,
+                            n_out=400)
+    tt = np.concatenate([[0], res.t])
+    for sim, th, y0 in ((se, res.e, e0), (sm, res.m, m0)):
+        ode = np.interp(t_grid, tt, np.concatenate([[y0], th]))
+        mean = sim.mean(axis=0)
+        sem = sim.std(axis=0, ddof=1) / math.sqrt(sim.shape[0])
+        assert np.all(np.abs(mean - ode) <= 4 * sem + 0.02), (mean, ode, sem)
