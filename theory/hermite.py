@@ -57,6 +57,9 @@ Quantities of :func:`analyze` (spec section 5)
   ~ 1/sqrt(d).  Their ratio is the equal-step gain implied by the drifts; it coincides with
   ``gain_equal`` for SIE <= 2 and differs from it by L^(1 - SIE/2) for SIE >= 3 (the spec's
   formula drops the L^(-k/2) of the tied drift, spec section 8, which only cancels for k <= 2).
+  ``gain_optimal_drift`` = gain_equal_drift^2: at the best admissible step size (noise term
+  gamma K / 2 balanced against the drift) the step count scales as 1 / drift^2, assuming equal
+  noise constants K for both networks; equals ``gain_optimal`` for SIE <= 2.
 * ``even_sie``: SIE of the even part (g(z) + g(-z))/2 = lowest EVEN order with C_k != 0 -- what
   attention without positional encoding sees (f_w is even in w).
 
@@ -1132,6 +1135,7 @@ class SIEReport(Result):
     gain_equal: float | None = None
     tied_learnable: bool | None = None
     gain_equal_drift: float | None = None
+    gain_optimal_drift: float | None = None
     even_sie: int | None = None
     exact: bool = True
     information_exponent: int | None = None
@@ -1152,7 +1156,8 @@ class SIEReport(Result):
             lines.append(f"tied contraction C_SIE x (1..1): {self.tied_contraction:.10g}{exact_c}")
             lab = "exact" if self.op_norm_exact else "estimate (power iteration)"
             lines.append(f"operator norm ||C_SIE||_op: {self.op_norm:.10g}  [{lab}]")
-            lines.append(f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}")
+            lines.append(f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}"
+                         f"  (from the initial drift ratio: {self.gain_optimal_drift:.6g})")
             lines.append(f"gain at equal step sizes: {self.gain_equal:.6g}  (from the initial "
                          f"drift ratio: {self.gain_equal_drift:.6g})")
             ok = "yes" if self.tied_learnable else "NO (contraction is zero)"
@@ -1250,6 +1255,7 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
         gain_equal=g_eq,
         tied_learnable=not tc_zero,
         gain_equal_drift=g_drift,
+        gain_optimal_drift=g_drift**2,
         information_exponent=k if t.L == 1 else None,
         leading_tensor_exact=lt_exact,
         tied_contraction_exact=tc_exact,
