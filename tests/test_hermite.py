@@ -480,3 +480,34 @@ def test_ridge_numeric_matches_gauss_hermite():
         af = math.factorial(alpha[0]) * math.factorial(alpha[1])
         # C_k[idx] = a_alpha alpha!/k!; the GH result carries its own convergence error
         assert Cs[k][idx] == pytest.approx(v * af / math.factorial(k), abs=max(10 * diff, 1e-9))
+
+
+def test_tied_drift_normalisation_identity():
+    # the identity behind tied_contraction and gain_equal_drift: for the tied pre-activation
+    # s = sum_l z_l / sqrt(L), z = m z* + sqrt(1-m^2) eta,
+    #   E[g(z*) He_k(s)] = k! m^k L^(-k/2) (C_k x 1)
+    # checked by an exact 4-D Gauss-Hermite rule (polynomial integrand) for L = 2
+    from theory.gauss import expect
+
+    expr = "He3(z1) - 2*z1*z2**2 + z1*z2 + 0.5*z2"
+    t = parse_target(expr)
+    Cs, _ = hermite_tensors(t, max_order=3)
+    m, L = 0.6, 2
+    cov = np.block([[np.eye(2), m * np.eye(2)], [m * np.eye(2), np.eye(2)]])
+    he = np.polynomial.hermite_e.hermeval
+    for k in (1, 2, 3):
+        f = lambda x, k=k: t.func(x[:, :2]) * he(x[:, 2:].sum(axis=1) / math.sqrt(L),
+                                                  [0] * k + [1])
+        val = expect(f, None, cov, method="gh", n=6).value
+        ref = math.factorial(k) * m**k * L ** (-k / 2) * float(np.sum(Cs[k]))
+        assert val == pytest.approx(ref, rel=1e-10, abs=1e-12)
+
+
+def test_gain_drift_fields():
+    rep = analyze("He3(z1) + He3(z2) + He3(z3) + He3(z4)")
+    # spec formula: (4/1)^2 and 4; drift ratio L^(1-3/2) * 4 = 2, squared 4
+    assert rep.gain_optimal == pytest.approx(16) and rep.gain_equal == pytest.approx(4)
+    assert rep.gain_equal_drift == pytest.approx(2) and rep.gain_optimal_drift == pytest.approx(4)
+    rep = analyze("He2(z1) + He2(z2) + He2(z3)")
+    assert rep.gain_equal_drift == pytest.approx(rep.gain_equal)
+    assert rep.gain_optimal_drift == pytest.approx(rep.gain_optimal)
