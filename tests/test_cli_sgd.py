@@ -1,0 +1,69 @@
+"""`theory sgd ...`: JSON contracts, agreement with the library, errors -> exit status 2."""
+
+import json
+import math
+
+import pytest
+
+from theory.cli import main
+from theory.models import ssi
+
+
+def _run(capsys, argv):
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, out
+
+
+def _json(capsys, argv):
+    code, out = _run(capsys, argv)
+    assert code == 0
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1  # exactly one JSON object
+    return json.loads(lines[0])
+
+
+def test_ode_json_fields_tied(capsys):
+    d = _json(capsys, ["sgd", "ode", "--target", "He2(z1)+He2(z2)", "--model", "tied",
+                       "--lr", "0.05", "--d", "1000", "--json"])
+    for key in ("t_escape", "steps_escape", "final_e", "final_m", "minimum"):
+        assert key in d
+    assert d["minimum"] == "semantic"
+    assert d["steps_escape"] == pytest.approx(d["t_escape"] * 1000 / 0.05)
+    # leading-order escape time log(eta/m0)/rate, rate = 4/sqrt(2 pi) - lr K(0)/2, K(0) = 10
+    rate = 4 / math.sqrt(2 * math.pi) - 0.05 * 5
+    assert d["t_escape"] == pytest.approx(math.log(2) / rate, rel=2e-2)
+
+
+def test_flatness_json(capsys):
+    base = ["sgd", "flatness", "--target", "4/3 + He4(z1) + 2*He4(z2)", "--L", "2",
+            "--reduction", "trace", "--json"]
+    d = _json(capsys, base + ["--pe", "none"])
+    assert d["kappa"] == 4 and d["hessian"] == [[0.0]]
+    d = _json(capsys, base + ["--pe", "opposite", "--trace-norm", "sqrtL"])
+    assert d["kappa"] == 2 and d["hessian"][0][0] < 0 and d["exact"] is True
+
+
+def test_boundaries_json_matches_library(capsys):
+    d = _json(capsys, ["sgd", "boundaries", "--a", "0.9", "--json"])
+    ref = ssi.boundaries(0.9)
+    for key in ("omega_steepest_switch", "omega_global_switch",
+                "omega_positional_min_appears", "omega_semantic_min_disappears"):
+        assert d[key] == pytest.approx(ref[key], abs=1e-12)
+
+
+def test_phase_diagram_files(capsys, tmp_path):
+    out = tmp_path / "pd.json"
+    d = _json(capsys, ["sgd", "phase-diagram", "--grid", "12", "--out", str(out), "--json"])
+    assert sum(d["counts"].values()) <= 144
+    full = json.loads(out.read_text())
+    assert len(full["region"]) == 12 and len(full["region"][0]) == 12
+
+
+def test_errors_exit_2(capsys):
+    assert main(["sgd", "boundaries", "--a", "-1"]) == 2
+    assert main(["sgd", "ode", "--omega", "0.5", "--lr", "0.1", "--d", "100"]) == 2
+    assert main(["sgd", "flatness", "--target", "z1+", "--L", "2"]) == 2
+    assert main(["sgd", "phase-diagram", "--a-range", "1:0.7"]) == 2
+    err = capsys.readouterr().err
+    assert "error" in err
