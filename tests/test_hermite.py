@@ -437,7 +437,8 @@ def test_op_norm_estimate_against_brute_force():
 # --------------------------------------------------------------------------- symbolic vs numeric
 
 
-@pytest.mark.parametrize("expr", ["Max(x, 0)", "Abs(x)", "sign(x)", "Abs(x - 1/3)"])
+@pytest.mark.parametrize("expr", ["Max(x, 0)", "Abs(x)", "sign(x)", "Abs(x - 1/3)",
+                                  "Max(x**2 - 1, 0)", "Min(Abs(x), 1)", "Max(x, 0)*Max(1 - x, 0)"])
 def test_numerical_path_agrees_with_exact_piecewise(expr):
     # the adaptive-quadrature path (used for non-piecewise-polynomial functions), forced on
     # piecewise polynomials, against their exact sympy coefficients; tolerance: 1e-10 absolute
@@ -511,3 +512,17 @@ def test_gain_drift_fields():
     rep = analyze("He2(z1) + He2(z2) + He2(z3)")
     assert rep.gain_equal_drift == pytest.approx(rep.gain_equal)
     assert rep.gain_optimal_drift == pytest.approx(rep.gain_optimal)
+
+
+def test_kinks_of_products_are_exact():
+    # relu(z1 z2) = (z1 z2 + |z1| |z2|)/2: C_2 = [[1/(2 pi), 1/4], [1/4, 1/(2 pi)]]
+    # (E|z| = sqrt(2/pi), E[|z| He_2]/2 = phi(0)); sign(z1 z2) = sign(z1) sign(z2): C_2
+    # off-diagonal (2/pi)/2
+    rep = analyze("relu(z1*z2)")
+    assert rep.exact and rep.sie == 2
+    ref = np.array([[1 / (2 * np.pi), 0.25], [0.25, 1 / (2 * np.pi)]])
+    np.testing.assert_allclose(rep.leading_tensor, ref, rtol=1e-14)
+    Cs, exact = hermite_tensors("sign(z1*z2)", max_order=2)
+    assert exact
+    np.testing.assert_allclose(Cs[2], [[0, 1 / np.pi], [1 / np.pi, 0]], rtol=1e-14, atol=1e-16)
+    assert np.all(Cs[1] == 0) and float(Cs[0]) == 0

@@ -896,11 +896,24 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
     expr = t.expr
     if not t.is_polynomial:
         expr = _rewrite_max_min(expr)
-        # sign(a b) = sign(a) sign(b): exposes separable structure (e.g. sign(z1 z2))
+        # products inside kinks: sign(a b) = sign(a) sign(b), Heaviside(a b) = (1 + sign(a)
+        # sign(b))/2, relu(a b) = a b (1 + sign(a) sign(b))/2: exposes separable structure
+        # (e.g. relu(z1 z2) becomes exact); Heaviside(0) = 1/2 and sign(0) = 0 are consistent
+        def _sgn(p):
+            return sp.Mul(*[sp.sign(f) for f in sp.Mul.make_args(p)])
+
+        def _is_prod(a):
+            return a.is_Mul and sum(1 for f in a.args if f.free_symbols) > 1
+
+        expr = expr.replace(lambda e: isinstance(e, sp.sign) and _is_prod(e.args[0]),
+                            lambda e: _sgn(e.args[0]))
         expr = expr.replace(
-            lambda e: isinstance(e, sp.sign) and e.args[0].is_Mul,
-            lambda e: sp.Mul(*[sp.sign(f) for f in sp.Mul.make_args(e.args[0])]),
-        )
+            lambda e: isinstance(e, sp.Heaviside) and _is_prod(e.args[0]),
+            lambda e: (1 + _sgn(e.args[0])) / 2)
+        expr = expr.replace(
+            lambda e: isinstance(e, sp.Max) and len(e.args) == 2 and 0 in e.args
+            and _is_prod([a for a in e.args if a != 0][0]),
+            lambda e: (lambda p: p * (1 + _sgn(p)) / 2)([a for a in e.args if a != 0][0]))
     terms = sp.Add.make_args(sp.expand(expr, power_exp=False))
     poly_part = sp.Add(*[q for q in terms if q.is_polynomial(*syms)])
     if poly_part != 0:
