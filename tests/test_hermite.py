@@ -526,3 +526,12 @@ def test_kinks_of_products_are_exact():
     assert exact
     np.testing.assert_allclose(Cs[2], [[0, 1 / np.pi], [1 / np.pi, 0]], rtol=1e-14, atol=1e-16)
     assert np.all(Cs[1] == 0) and float(Cs[0]) == 0
+
+
+def test_sie_beyond_max_order_warns():
+    # He7(z1) tanh(z2) has SIE 8 (tanh is odd: its first coefficient is order 1)
+    with pytest.warns(RuntimeWarning, match="exceeds max_order"):
+        assert sie("He7(z1)*tanh(z2)", max_order=4) is None
+    assert sie("He7(z1)*tanh(z2)", max_order=8) == 8
+    rep = analyze("He7(z1)*tanh(z2)", max_order=4)
+    assert rep.sie is None and "raise --max-order" in rep.message

@@ -1015,7 +1015,15 @@ def sie(target, max_order: int = 8, *, tol: float = DEFAULT_TOL, L=None) -> int 
     if t.is_polynomial:
         K = max(K, int(sp.Poly(t.expr, *t.symbols).total_degree()))
     ks = _orders_nonzero(hermite_coefficients(t, K, tol=tol), K)
-    return ks[0] if ks else None
+    if not ks:
+        warnings.warn(
+            f"sie({t.expr}): no non-zero Hermite coefficient of order 1..{K}; the target is "
+            f"constant within tolerance or its SIE exceeds max_order={K}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return ks[0]
 
 
 # =========================================================================== operator norm
