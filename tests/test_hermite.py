@@ -535,3 +535,23 @@ def test_sie_beyond_max_order_warns():
     assert sie("He7(z1)*tanh(z2)", max_order=8) == 8
     rep = analyze("He7(z1)*tanh(z2)", max_order=4)
     assert rep.sie is None and "raise --max-order" in rep.message
+
+
+def test_axis_aligned_kinks_split_rule_against_mc():
+    # relu(z2 + 1/2) * softmax entry: kink at z2 = -1/2 only -> split Gauss-Legendre rule in z2,
+    # Gauss-Hermite in z3; converges to the tolerance; checked against MC (5 standard errors)
+    from theory.gauss import expect
+
+    t = parse_target("relu(softmax(1, z3, z2)*(z2 + 1/2))")
+    rep = analyze(t, max_order=2)
+    assert rep.status == "ok" and rep.tolerance < 1e-8 and rep.sie == 1
+    e = expect(lambda z: t.func(z)[:, None] * z[:, 1:], dim=3, method="mc", n=400_000, rng=5)
+    got = np.asarray(rep.leading_tensor)[1:]
+    assert np.all(np.abs(got - e.value) < 5 * np.asarray(e.error)), (got, e.value, e.error)
+    assert rep.leading_tensor[0] == 0.0  # z1 absent
+
+
+def test_non_integrable_coefficients_raise():
+    # E_z2[exp(-z1 z2)] = exp(z1^2/2): the z1-integral diverges
+    with pytest.raises(ValueError, match="does not converge"):
+        analyze("sign(z1)*exp(-z1*z2)")
