@@ -709,6 +709,8 @@ def _block_gh(h: sp.Expr, syms: list, K: int, tol: float):
 
     for n in _GH_SEQ[s]:
         rules = [_split_rule(split[i], n) if i in split else gh_rule(n) for i in range(s)]
+        if prev is not None and math.prod(r[0].size for r in rules) > 4_000_000:
+            break  # memory/time guard: keep the last level
         vals = project(rules)
         used = n
         if prev is not None:
