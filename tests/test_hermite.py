@@ -555,3 +555,14 @@ def test_non_integrable_coefficients_raise():
     # E_z2[exp(-z1 z2)] = exp(z1^2/2): the z1-integral diverges
     with pytest.raises(ValueError, match="does not converge"):
         analyze("sign(z1)*exp(-z1*z2)")
+
+
+@pytest.mark.slow
+def test_sie_figure_hook(tmp_path):
+    from theory.plots.sie import FIGURES
+
+    out = FIGURES["sie-gains"](tmp_path, True)
+    assert all((tmp_path / p).exists() or __import__("os").path.exists(p) for p in out["files"])
+    nums = {d["name"]: d["value"] for d in out["numbers"]}
+    assert nums["gain_optimal sum He2 L=6"] == pytest.approx(36)
+    assert nums["gain_optimal z1-z2"] == 0
