@@ -97,6 +97,7 @@ __all__ = [
 QUAD_GH_NODES = {1: 60, 2: 16}  # per dimension of the 2L-dim (xi, eta) rule
 STUDENT_GH_NODES = {1: 120, 2: 64, 3: 24, 4: 14}  # per dimension of the L-dim student rule
 QMC_POINTS = 2**15
+STUDENT_CHEB = 40  # Chebyshev nodes in the reduced coordinate for one-dimensional encodings
 
 
 # =========================================================================== targets
@@ -325,7 +326,7 @@ class _Model:
         tg = self.target
         e = 0.5 * float(e_raw[0] - e_raw[1])
         m = float(np.mean(mv))
-        v = self._ps.eval(e, m, tg.omega, tg.A)
+        v = self._ps.eval(e, m, tg.omega, tg.A, second=False)
         out = dict(R=v["R"], dRde=np.array([0.5, -0.5]) * v["Re"],
                    dRdm=np.full(2, 0.5 * v["Rm"]))
         out["K"] = np.full(2, 0.5 * self._ps_K(e, m))
@@ -354,7 +355,9 @@ class _Model:
         dim = 2 * L
         method = self.method
         if method == "auto":
-            method = "gh" if L <= 2 else "qmc"
+            # tensor GH puts node pairs exactly on the kink of relu-like activations (sum of
+            # symmetric nodes = 0), which biases dR/dm near m = 0: networks use QMC
+            method = "gh" if (L <= 2 and self.kind == "attention") else "qmc"
         if method == "gh":
             n = self.n or QUAD_GH_NODES.get(L, 6)
             nodes, w = gh_tensor(n, dim)
@@ -393,6 +396,9 @@ class _Model:
     def _student_moments(self, e_raw, gammas):
         """Moments E[F(e + zeta) He_gamma(zeta)] for F in (f, f^2, h_l, f h_l, f^2 h_l)."""
         raise NotImplementedError
+
+    def _direct_moments(self, e_raw, gammas):
+        return self._student_moments(e_raw, gammas)
 
     def _hermite_plan(self, hess):
         """Index bookkeeping of the Hermite engine (cached): the Hermite indices gamma = k + r of
@@ -639,6 +645,38 @@ class AttentionModel(_Model):
         return self._cache["nodes"]
 
     def _student_moments(self, e_raw, gammas):
+        """Moments at e_raw; with one reduced coordinate c (e_raw = B c, |c| <= 1) they come from
+        Chebyshev interpolants in c on STUDENT_CHEB nodes (smooth functions of c: spectral
+        accuracy, checked in the tests), otherwise from the direct Gauss-Hermite sum."""
+        if self.r == 1:
+            b = self.B[:, 0]
+            c = float(b @ e_raw / (b @ b))
+            if abs(c) <= 1 and np.allclose(e_raw, b * c, atol=1e-14):
+                return self._cheb_moments(c, gammas)
+        return self._direct_moments(e_raw, gammas)
+
+    def _cheb_moments(self, c, gammas):
+        from numpy.polynomial import chebyshev as C
+
+        key = ("cheb", gammas)
+        tab = self._cache.get(key)
+        if tab is None:
+            x = np.cos(np.pi * (np.arange(STUDENT_CHEB) + 0.5) / STUDENT_CHEB)
+            rows = []
+            for xc in x:
+                M = self._direct_moments(self.B[:, 0] * xc, gammas)
+                rows.append(np.concatenate([M["f"], M["f2"], M["h"].ravel(), M["fh"].ravel(),
+                                            M["f2h"].ravel()]))
+            tab = C.chebfit(x, np.array(rows), STUDENT_CHEB - 1)
+            self._cache[key] = tab
+        v = C.chebval(c, tab)
+        L, ng = self.L, len(gammas)
+        sizes = [ng, ng, L * ng, L * ng, L * ng]
+        parts = np.split(v, np.cumsum(sizes)[:-1])
+        return dict(f=parts[0], f2=parts[1], h=parts[2].reshape(L, ng),
+                    fh=parts[3].reshape(L, ng), f2h=parts[4].reshape(L, ng))
+
+    def _direct_moments(self, e_raw, gammas):
         key = (tuple(np.round(e_raw, 15)), gammas)
         hit = self._cache.get("mom")
         if hit is not None and hit[0] == key:
@@ -922,7 +960,7 @@ def flatness(model, max_order: int = 8, *, rel_tol: float = 1e-8):
             if be in t.a1:
                 gam.add(_add(al, be))
         gam = tuple(sorted(gam))
-        M = model._student_moments(np.zeros(L), gam)
+        M = model._direct_moments(np.zeros(L), gam)
         idx = {g_: i for i, g_ in enumerate(gam)}
         nonzero = False
         for poly in exp_list:
@@ -1221,7 +1259,11 @@ class PSTables:
     def _ev(self, coef, e, der=0):
         C = self.C
         if der:
-            coef = C.chebder(coef, der, axis=0)
+            key = (id(coef), der)
+            cache = self.__dict__.setdefault("_der", {})
+            if key not in cache:
+                cache[key] = C.chebder(coef, der, axis=0)
+            coef = cache[key]
         return C.chebval(e, coef)
 
     def X(self, e, m, de=0, dm=0):
@@ -1238,22 +1280,24 @@ class PSTables:
             pw = j * (j - 1) * m[None] ** np.clip(j - 2, 0, None) * (j >= 2)
         return np.sum(cj * pw, axis=0)
 
-    def eval(self, e, m, omega, A):
-        """R, dR/de (reduced e), dR/dm and the second derivatives of the spec-6 risk."""
+    def eval(self, e, m, omega, A, second=True):
+        """R, dR/de (reduced e), dR/dm and (``second``) the second derivatives of the spec-6
+        risk."""
         A4 = np.asarray(A, float).ravel()
         F1 = lambda d: np.tensordot(A4, self._ev(self.F1, e, d), axes=(0, 0))
         F2 = lambda d: self._ev(self.F2, e, d)
         egg = ((1 - omega) ** 2 * self.ESS + 2 * omega * (1 - omega) * float(self.ES.ravel() @ A4)
                + omega**2 * float(A4 @ A4))
         w1 = 2 * (1 - omega)
-        return dict(
+        out = dict(
             R=egg + F2(0) - w1 * self.X(e, m) - 2 * omega * F1(0),
             Re=F2(1) - w1 * self.X(e, m, de=1) - 2 * omega * F1(1),
             Rm=-w1 * self.X(e, m, dm=1),
-            Ree=F2(2) - w1 * self.X(e, m, de=2) - 2 * omega * F1(2),
-            Rem=-w1 * self.X(e, m, de=1, dm=1),
-            Rmm=-w1 * self.X(e, m, dm=2),
         )
+        if second:
+            out.update(Ree=F2(2) - w1 * self.X(e, m, de=2) - 2 * omega * F1(2),
+                       Rem=-w1 * self.X(e, m, de=1, dm=1), Rmm=-w1 * self.X(e, m, dm=2))
+        return out
 
 
 @lru_cache(maxsize=4)
