@@ -351,9 +351,17 @@ def test_tanh_against_mpmath():
 
 
 def test_exp_and_erf_closed_forms():
-    a, _ = _c1d("exp(z1)", 6)  # E[e^z He_k] = e^{1/2}
+    a, exact = _c1d("exp(z1)", 6)  # E[e^z He_k] = e^{1/2}  (exact: Gaussian shift)
+    assert exact
     np.testing.assert_allclose(a, [math.exp(0.5) / math.factorial(k) for k in range(7)],
-                               rtol=1e-11)
+                               rtol=1e-14)
+    # cos(c z): E[cos(cz) He_k] = Re(i^k) c^k e^{-c^2/2}; sin: Im(i^k) c^k e^{-c^2/2}
+    c = 1.5
+    a, exact = _c1d("cos(3*z1/2) + sin(3*z1/2)", 6)
+    assert exact
+    ref = [((1j**k).real + (1j**k).imag) * c**k * math.exp(-c * c / 2) / math.factorial(k)
+           for k in range(7)]
+    np.testing.assert_allclose(a, ref, rtol=1e-13, atol=1e-16)
     a, _ = _c1d("erf(2*z1)", 3)  # E[erf(c z) z] = 2c / sqrt(pi (1 + 2c^2))
     assert a[1] == pytest.approx(4 / math.sqrt(math.pi * 9), rel=1e-11)
     assert abs(a[0]) < 1e-12 and abs(a[2]) < 1e-12

@@ -490,6 +490,10 @@ def _univariate_exact(h: sp.Expr, x: sp.Symbol, K: int):
     if h.is_polynomial(x):
         d = _poly_coefficients(h, [x])
         return [d.get((j,), sp.Integer(0)) for j in range(K + 1)]
+    if h.has(sp.exp, sp.sin, sp.cos, sp.sinh, sp.cosh) and not h.has(
+        sp.Abs, sp.sign, sp.Heaviside, sp.Max, sp.Min, sp.Piecewise
+    ):
+        return _univariate_exp_linear(h, x, K)
     pieces = _pieces(h, x)
     if pieces is None:
         return None
@@ -505,6 +509,56 @@ def _univariate_exact(h: sp.Expr, x: sp.Symbol, K: int):
                 tot += c * M[n]
         bs.append(sp.simplify(tot / math.factorial(j)))
     return bs
+
+
+def _normal_moment(n: int):
+    """E[x^n], x ~ N(0, 1): (n-1)!! for even n, 0 for odd n."""
+    if n % 2:
+        return sp.Integer(0)
+    return sp.Integer(math.prod(range(n - 1, 0, -2)))
+
+
+def _univariate_exp_linear(h: sp.Expr, x: sp.Symbol, K: int):
+    """Exact b_j for h = sum_t P_t(x) exp(a_t x + c_t) (P_t polynomials, a_t, c_t possibly
+    complex constants: covers exp, sin, cos, sinh, cosh of linear arguments times polynomials)
+    by the Gaussian shift E[P(x) e^{a x}] = e^{a^2/2} E[P(x + a)]; None if h has another form."""
+    try:
+        e = sp.expand(sp.powsimp(sp.expand(h.rewrite(sp.exp)), combine="exp"))
+    except Exception:
+        return None
+    terms = []
+    for term in sp.Add.make_args(e):
+        term = sp.powsimp(term, combine="exp")
+        poly, arg = sp.Integer(1), sp.Integer(0)
+        for f in sp.Mul.make_args(term):
+            if isinstance(f, sp.exp):
+                arg += f.args[0]
+            elif f.is_Pow and isinstance(f.base, sp.exp) and not f.exp.free_symbols:
+                arg += f.base.args[0] * f.exp
+            else:
+                poly *= f
+        arg = sp.expand(arg)
+        if not (poly.is_polynomial(x) and arg.is_polynomial(x)):
+            return None
+        P = sp.Poly(arg, x)
+        if P.degree() > 1:
+            return None
+        terms.append((poly, P.coeff_monomial(x), P.coeff_monomial(1)))
+    out = []
+    for j in range(K + 1):
+        tot = sp.Integer(0)
+        hej = sp.hermite_prob(j, x)
+        for poly, a, c in terms:
+            q = sp.Poly(sp.expand((poly * hej).subs(x, x + a)), x)
+            mom = sum((coef * _normal_moment(n) for (n,), coef in q.terms()), sp.Integer(0))
+            tot += sp.exp(c + a**2 / 2) * mom
+        v = sp.simplify(sp.expand_complex(tot / math.factorial(j)))
+        if v.has(sp.I):
+            v = sp.simplify(sp.re(v)) if abs(complex(sp.N(sp.im(v), 30))) < 1e-25 else None
+        if v is None:
+            return None
+        out.append(v)
+    return out
 
 
 def _kink_args(h: sp.Expr) -> list:
