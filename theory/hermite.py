@@ -69,7 +69,8 @@ piecewise polynomials (relu, |z|, sign, Heaviside, Max/Min) of one variable or o
 u.z ("ridge" blocks: C_k = b_k u^(x)k), and polynomials times exp/sin/cos/sinh/cosh of a
 linear form (Gaussian shift E[P(x) e^{a x}] = e^{a^2/2} E[P(x + a)]) give exact sympy
 coefficients (``exact = True``, ``tolerance = 0``).  Kinks of products are split first:
-sign(a b) = sign(a) sign(b), relu(a b) = a b (1 + sign(a) sign(b))/2.  Other one-variable factors use adaptive quadrature (scipy
+sign(a b) = sign(a) sign(b), relu(a b) = a b (1 + sign(a) sign(b))/2.
+Other one-variable factors use adaptive quadrature (scipy
 ``quad_vec``, split at the kinks); other multi-variable blocks use tensor Gauss-Hermite with the
 number of nodes raised until the coefficients change by less than ``tol`` (variables whose
 kinks sit at fixed points get split Gauss-Legendre rules instead); the report then says
