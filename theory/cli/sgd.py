@@ -143,6 +143,9 @@ def register(subparsers) -> None:
     q.add_argument("--a-range", default="0.7:1", dest="a_range", help="A_MIN:A_MAX")
     q.add_argument("--omega-range", default="0.4:1", dest="omega_range", help="W_MIN:W_MAX")
     q.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
+    q.add_argument("--check-global", action="store_true", dest="check_global",
+                   help="also scan R over the disk and flag cells where the global minimum is "
+                   "not one of the two candidates")
     q.add_argument("--plot", default=None, help="write the figure to this PNG file")
     q.add_argument("--out", default=None, help="write the grid and regions as JSON")
     add_json(q)
@@ -251,15 +254,19 @@ def _phase(args):
     w0, w1 = _lims(args.omega_range, "omega-range")
     ag = np.linspace(a0, a1, args.grid)
     wg = np.linspace(w0, w1, args.grid)
-    pdg = ssi.phase_diagram(ag, wg, n=args.nodes)
+    pdg = ssi.phase_diagram(ag, wg, n=args.nodes, check_global=args.check_global)
     counts = {name: int(np.sum(pdg["region"] == i)) for i, name in enumerate(ssi.REGIONS)}
+    counts["none (neither candidate is a minimum)"] = int(np.sum(pdg["region"] < 0))
     payload = dict(grid=args.grid, a_range=[a0, a1], omega_range=[w0, w1], counts=counts,
                    nodes=args.nodes)
+    if args.check_global:
+        payload["cells_global_not_candidate"] = int(np.sum(~pdg["global_check"]))
     if args.out:
         full = dict(payload, a=ag, omega=wg, region=pdg["region"], regions=list(ssi.REGIONS),
                     global_positional=pdg["global_positional"],
                     steepest_positional=pdg["steepest_positional"],
-                    both_minima=pdg["both_minima"])
+                    both_minima=pdg["both_minima"],
+                    global_check=pdg.get("global_check"))
         atomic_write_text(args.out, dumps_json(full) + "\n")
         payload["out"] = args.out
     if args.plot:

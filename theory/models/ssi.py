@@ -1189,13 +1189,37 @@ def boundaries(a: float, n: int = PD_NODES) -> dict:
     return out
 
 
-def phase_diagram(a_grid, omega_grid, n: int = PD_NODES) -> dict:
+def phase_diagram(a_grid, omega_grid, n: int = PD_NODES, *, check_global: bool = False,
+                  n_disk: int = 41) -> dict:
     """Classify every (a, omega) of the grid: arrays (n_a, n_omega) of the three booleans, the
-    candidate-minimum flags and the region index into :data:`REGIONS` (-1 = none)."""
-    A, O = np.meshgrid(np.asarray(a_grid, float), np.asarray(omega_grid, float), indexing="ij")
+    candidate-minimum flags and the region index into :data:`REGIONS` (-1 = none).
+
+    ``check_global``: also scan R over a polar grid of the closed disk (``n_disk`` radii x
+    4 n_disk angles, from the Mehler/Chebyshev tables) and return ``global_check`` = True where
+    no disk point is lower than the better candidate by more than 1e-6 (i.e. the global minimum
+    is one of the two candidates, as boolean 1 assumes)."""
+    ag, wg = np.asarray(a_grid, float), np.asarray(omega_grid, float)
+    A, O = np.meshgrid(ag, wg, indexing="ij")
     out = pd_booleans(A, O, n)
-    out.update(a=np.asarray(a_grid, float), omega=np.asarray(omega_grid, float),
-               regions=REGIONS, nodes=n)
+    out.update(a=ag, omega=wg, regions=REGIONS, nodes=n)
+    if check_global:
+        tb = ps_tables()
+        r = np.linspace(0, 1, n_disk)
+        th = np.linspace(0, 2 * np.pi, 4 * n_disk, endpoint=False)
+        E = np.concatenate([np.outer(r, np.sin(th)).ravel(), [0.0, 1.0]])
+        M = np.concatenate([np.outer(r, np.cos(th)).ravel(), [1.0, 0.0]])
+        X = tb.X(E, M)
+        F1 = tb._ev(tb.F1, E)  # (4, n_pts)
+        F2 = tb._ev(tb.F2, E)
+        ok = np.ones(A.shape, dtype=bool)
+        for i, a in enumerate(ag):
+            A4 = positional_matrix(a).ravel()
+            AF = A4 @ F1
+            # R - const(a, omega) on every disk point, for all omega at once
+            Rr = F2[None] - 2 * (1 - wg)[:, None] * X[None] - 2 * wg[:, None] * AF[None]
+            best = np.minimum(Rr[:, -2], Rr[:, -1])
+            ok[i] = Rr[:, :-2].min(axis=1) >= best - 1e-6
+        out["global_check"] = ok
     return out
 
 

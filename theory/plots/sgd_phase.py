@@ -50,6 +50,11 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
     if np.any(reg < 0):
         handles.append(Patch(facecolor="white", edgecolor="0.6",
                              label="neither candidate is a boundary minimum"))
+    if "global_check" in pdg and not np.all(pdg["global_check"]):
+        bad = (~np.asarray(pdg["global_check"])).astype(float).T
+        ax.contourf(a, om, bad, levels=[0.5, 1.5], colors="none", hatches=["xxxx"])
+        handles.append(Patch(facecolor="none", edgecolor="k", hatch="xxxx",
+                             label="another boundary minimum is lower (disk scan)"))
     if boundaries:
         ab = np.linspace(a.min(), a.max(), n_boundary)
         rows = [ssi.boundaries(x, n=pdg.get("nodes", ssi.PD_NODES)) for x in ab]
@@ -70,7 +75,7 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
     ax.set_ylabel(r"positional weight $\omega$")
     ax.set_title(f"SGD phase diagram, attention L=2, $P_1=-P_2$, identity reduction "
                  f"({len(a)}x{len(om)} grid, theory)", fontsize=9)
-    ax.legend(handles=handles, fontsize=6.5, loc="lower right", framealpha=0.85)
+    ax.legend(handles=handles, fontsize=6.5, loc="lower left", framealpha=0.85)
     if own:
         fig.tight_layout()
         if path is not None:
@@ -180,7 +185,8 @@ def _fig_phase(out_dir: Path, quick: bool):
 
     t0 = time.time()
     n = 60 if quick else 200
-    pdg = ssi.phase_diagram(np.linspace(0.7, 1.0, n), np.linspace(0.4, 1.0, n))
+    pdg = ssi.phase_diagram(np.linspace(0.7, 1.0, n), np.linspace(0.4, 1.0, n),
+                            check_global=True)
     path = Path(out_dir) / "sgd-phase-diagram.png"
     plot_phase_diagram(pdg, path=path, n_boundary=13 if quick else 31)
     b = ssi.boundaries(1.0)
@@ -188,6 +194,10 @@ def _fig_phase(out_dir: Path, quick: bool):
            f"Brent root at a = 1; {n}x{n} grid, {time.time() - t0:.0f} s")
     nums = [dict(name=f"a=1: {k}", value=v, how=how) for k, v in b.items()
             if k.startswith("omega")]
+    nums.append(dict(name="grid cells where a third boundary minimum is lower",
+                     value=int(np.sum(~pdg["global_check"])),
+                     how=f"polar disk scan (41 radii x 164 angles) of the Mehler/Chebyshev "
+                     f"risk tables on the {n}x{n} grid"))
     return dict(files=[str(path)], numbers=nums)
 
 
