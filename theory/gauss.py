@@ -11,10 +11,12 @@ Three estimators behind one call, :func:`expect`:
            error = their standard error.
 ``"mc"``   plain Monte Carlo with ``n`` samples and the standard error.  When ``f`` is a numba
            ``@njit`` function of one vector ``z`` (shape ``(dim,)``) returning a float or a 1-D
-           array, samples are drawn and reduced inside a numba kernel without storing them
-           (seeded per chunk of 2^15 samples: serial and ``parallel=True`` runs give identical
-           numbers).  Otherwise ``f`` is
-           evaluated vectorised on chunks of ``(chunk, dim)`` samples.
+           array, samples are drawn and reduced inside a numba kernel without storing them:
+           xoshiro256** + ziggurat normals, seeded per chunk of 2^15 samples from (seed, chunk),
+           so serial and ``parallel=True`` runs give identical numbers
+           (:func:`mc_normals_numpy_reference` replicates the stream in pure Python).
+           Otherwise ``f`` is evaluated vectorised on chunks of ``(chunk, dim)`` numpy samples
+           (:func:`expect_mc_numpy_reference`, the baseline of the benchmark).
 
 Conventions: ``f`` (for "gh", "qmc" and the numpy "mc" path) takes an array of shape
 ``(N, dim)`` and returns shape ``(N,)`` or ``(N, *out_shape)``.  The covariance root is taken with
