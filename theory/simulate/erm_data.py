@@ -24,7 +24,8 @@ Row-stochasticity makes the student's attention matrix a function of two numbers
 ``x_2 - y_1 + a delta`` and ``x_1 - y_2 - b delta``, hence EXACTLY (any d)
 
     l_mu(h) = kappa_mu [ (a - a*_mu)^2 + (b - b*_mu)^2 ] + c_mu,
-    kappa_mu = |delta|^2 / (2d),  a*_mu = delta.(y_1 - x_2)/|delta|^2,  b*_mu = delta.(x_1 - y_2)/|delta|^2,
+    kappa_mu = |delta|^2 / (2d),
+    a*_mu = delta.(y_1 - x_2)/|delta|^2,  b*_mu = delta.(x_1 - y_2)/|delta|^2,
 
 with ``c_mu >= 0`` the part of the residual orthogonal to ``delta``.  As d -> infinity,
 ``kappa -> sigma^2``, ``a* -> T_11(h*)``, ``b* -> T_22(h*)``, ``c = O(1/d)``, which is the
@@ -51,7 +52,7 @@ def sigmoid(u):
 
 
 def attention2(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Diagonal entries ``(a, b)`` of ``softmax_row(h h^T)`` for fields ``h`` of shape ``(..., 2)``."""
+    """Diagonal ``(a, b)`` of ``softmax_row(h h^T)`` for fields ``h`` of shape ``(..., 2)``."""
     h1, h2 = h[..., 0], h[..., 1]
     return sigmoid(h1 * (h1 - h2)), sigmoid(h2 * (h2 - h1))
 
@@ -81,7 +82,7 @@ def check_params(alpha=None, omega=None, d=None, sigma=0.5, lam=0.01, A=None):
 
 @dataclass(frozen=True)
 class Teacher:
-    """Teacher of the model: ``qstar`` (shape ``(d,)``, i.i.d. N(0,1)), ``A``, ``omega``, ``sigma``."""
+    """Teacher: ``qstar`` (shape ``(d,)``, i.i.d. N(0,1)), ``A``, ``omega``, ``sigma``."""
 
     qstar: np.ndarray
     A: np.ndarray

@@ -1,13 +1,13 @@
 """GAMP for the positional-semantic attention model at finite d (spec §5b), and its state evolution.
 
-Normalisations: :mod:`theory.simulate.erm_data` (fields ``h = X Q / sqrt(d)``, ``q = sigma^2|Q|^2/d``,
-``m = 1^T Q / d``, ``theta = sigma^2 Q*^T Q / d``).
+Normalisations: :mod:`theory.simulate.erm_data` (fields ``h = X Q / sqrt(d)``,
+``q = sigma^2|Q|^2/d``, ``m = 1^T Q / d``, ``theta = sigma^2 Q*^T Q / d``).
 
 Algorithm (r = 1, L = 2; one iteration t, all samples at once)::
 
-    w_mu   = X_mu Qhat / sqrt(d) - V g_mu^{prev}                      (Onsager term; g^{prev}=0 at t=0)
+    w_mu   = X_mu Qhat / sqrt(d) - V g_mu^{prev}            (Onsager term; g^{prev}=0 at t=0)
     xhat_mu = argmin_x |x - w_mu|^2/(2V) + l_mu(x),  g_mu = (xhat_mu - w_mu)/V
-    Vhat   = -(1/d) sum_mu tr(d g_mu / d w_mu),      d g/d w = ((I + V hess l_mu(xhat))^{-1} - I)/V
+    Vhat   = -(1/d) sum_mu tr(d g_mu / d w_mu),  d g/d w = ((I + V hess l_mu(xhat))^{-1} - I)/V
     b      = (1/sqrt(d)) sum_mu X_mu^T g_mu + sigma^2 Vhat Qhat
     Qhat  <- b / (lam + sigma^2 Vhat),  V <- sigma^2 / (lam + sigma^2 Vhat)
 
@@ -21,9 +21,10 @@ local fields, ``l_mu(h) = kappa_mu[(a(h) - a*_mu)^2 + (b(h) - b*_mu)^2] + c_mu``
 ``channel="exact"`` uses it: a GAMP fixed point then satisfies ``lam Qhat = -grad sum_mu
 l_mu(X_mu Qhat/sqrt(d))``, i.e. it is EXACTLY a stationary point of the empirical risk L(Q)
 (for any V): the fixed point reached is at finite d what gradient descent converges to.
-``channel="effective"`` uses the spec's large-d loss ``sigma^2[(a - T_11(h*))^2 + (b - T_22(h*))^2]``
-with the teacher field ``h*_mu = Z_mu Q*/sqrt(d)`` (known to the simulator); its fixed points are
-stationary points of L only up to O(1/d) per sample.  The two agree as d -> infinity
+``channel="effective"`` uses the spec's large-d loss
+``sigma^2[(a - T_11(h*))^2 + (b - T_22(h*))^2]`` with the teacher field
+``h*_mu = Z_mu Q*/sqrt(d)`` (known to the simulator); its fixed points are stationary points
+of L only up to O(1/d) per sample.  The two agree as d -> infinity
 (``kappa -> sigma^2``, ``a* -> T_11``, ``b* -> T_22``, ``c -> 0``).
 
 The proximal step is a 2-D non-convex problem solved for all samples at once
@@ -102,7 +103,8 @@ def _newton(x, w, V, kappa, astar, bstar, *, max_iter=100, gtol=1e-13):
         p[:, 1] = -(-H[:, 0, 1] * g[:, 0] + H[:, 0, 0] * g[:, 1]) / det
         f0 = ((xa - wa) ** 2).sum(-1) / (2 * Va) + _phi(xa, ka, aa, ba)
         slope = (g * p).sum(-1)  # < 0
-        slack = 1e-14 * np.abs(f0)  # lets pure Newton steps through once rounding hides the decrease
+        # the slack lets pure Newton steps through once rounding hides the decrease
+        slack = 1e-14 * np.abs(f0)
         t = np.ones(idx.size)
         x1 = xa + p
         f1 = ((x1 - wa) ** 2).sum(-1) / (2 * Va) + _phi(x1, ka, aa, ba)
