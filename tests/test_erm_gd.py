@@ -1,0 +1,125 @@
+"""Finite-d empirical risk of the positional-semantic model: reduction, gradient, GD."""
+
+import numpy as np
+import pytest
+
+from theory.simulate.erm_data import (
+    make_teacher,
+    sample_data,
+    sample_loss,
+    sample_loss_grad,
+    sample_loss_hess,
+)
+from theory.simulate.erm_gd import (
+    gradient_descent,
+    lbfgs,
+    make_problem,
+    naive_risk,
+    overlaps,
+    risk,
+    simulate_gd,
+)
+
+
+def test_exact_reduction_matches_full_softmax():
+    # the (kappa, a*, b*, c) reduction is exact at any d: compare with softmax(XQ(XQ)^T/d) X - Y
+    pb = make_problem(1.5, 0.3, 30, seed=3, keep_targets=True, n_test=10)
+    rng = np.random.default_rng(0)
+    for scale in (0.1, 1.0, 3.0):
+        Q = scale * rng.standard_normal(30) + 0.2
+        L, _ = risk(Q, pb.train, 0.01)
+        assert L == pytest.approx(naive_risk(Q, pb.train, 0.01), rel=1e-12)
+
+
+def test_analytic_gradient_matches_finite_differences():
+    pb = make_problem(2.0, 0.5, 40, seed=1, n_test=10)
+    Q = np.random.default_rng(2).standard_normal(40) * 0.8 + 0.3
+    _, g = risk(Q, pb.train, 0.01)
+    eps = 1e-6
+    fd = np.array([(risk(Q + eps * e, pb.train, 0.01)[0] - risk(Q - eps * e, pb.train, 0.01)[0])
+                   / (2 * eps) for e in np.eye(40)])
+    # central differences: truncation ~ eps^2 |L'''| ~ 1e-12, rounding ~ 1e-16 |L| / eps ~ 1e-10
+    np.testing.assert_allclose(g, fd, atol=1e-8 * np.abs(g).max() + 1e-9)
+
+
+def test_sample_hessian_matches_finite_differences():
+    rng = np.random.default_rng(5)
+    n = 200
+    h = rng.standard_normal((n, 2)) * 1.5
+    kap, a, b = rng.uniform(0.1, 1, n), rng.uniform(-0.1, 1.1, n), rng.uniform(0, 1, n)
+    g, H = sample_loss_hess(h, kap, a, b)
+    _, g2 = sample_loss_grad(h, kap, a, b, 0.0)
+    np.testing.assert_allclose(g, g2, rtol=1e-13, atol=1e-15)
+    eps = 1e-6
+    for k in range(2):
+        dh = np.zeros(2)
+        dh[k] = eps
+        fd = (sample_loss_grad(h + dh, kap, a, b, 0)[1] - sample_loss_grad(h - dh, kap, a, b, 0)[1])
+        np.testing.assert_allclose(H[:, :, k], fd / (2 * eps), atol=1e-7)
+    # gradient of the loss itself
+    for k in range(2):
+        dh = np.zeros(2)
+        dh[k] = eps
+        fd = (sample_loss(h + dh, kap, a, b, 0) - sample_loss(h - dh, kap, a, b, 0)) / (2 * eps)
+        np.testing.assert_allclose(g[:, k], fd, atol=1e-8)
+
+
+def test_channel_tends_to_the_effective_loss():
+    # E|x1 - x2|^2 = 2 d sigma^2 + |p1 - p2|^2 = 2 d sigma^2 + 4 exactly -> E kappa = sigma^2 + 2/d
+    d, n, sigma = 500, 4000, 0.5
+    data = sample_data(make_teacher(d, 0.3, sigma=sigma, rng=0), n, rng=1)
+    se = data.kappa.std(ddof=1) / np.sqrt(n)
+    assert abs(data.kappa.mean() - (sigma**2 + 2 / d)) < 4 * se  # 4 standard errors
+    # a* -> T_11 with O(1/sqrt(d)) fluctuations (cross products z1.z2 ~ sqrt(d) sigma^2)
+    dev = np.abs(data.astar - data.T[:, 0, 0])
+    assert dev.mean() < 2.0 / np.sqrt(d)
+    assert np.abs(data.bstar - data.T[:, 1, 1]).mean() < 2.0 / np.sqrt(d)
+    assert 0 <= data.c.min() and data.c.mean() < 10 / d  # residual orthogonal to delta: O(1/d)
+
+
+def test_overlap_normalisations():
+    pb = make_problem(1.0, 0.3, 200, seed=0, n_test=10)
+    t = pb.teacher
+    ov = overlaps(t.qstar, t)  # Q = Q*: theta = q = rho = sigma^2 |Q*|^2/d
+    assert ov["theta"] == pytest.approx(t.rho) and ov["q"] == pytest.approx(t.rho)
+    assert ov["theta_over_sigma2"] == pytest.approx(t.rho / t.sigma**2)
+    ov = overlaps(np.full(200, 0.3), t)  # Q = 0.3 1_d: m = 0.3, q = sigma^2 0.09
+    assert ov["m"] == pytest.approx(0.3) and ov["q"] == pytest.approx(0.25 * 0.09)
+    # local fields: h_l = z_l.Q/sqrt(d) + s_l m, so the mean of h_1 - h_2 over samples is 2m
+    h = pb.train.fields(np.full(200, 0.3))
+    assert np.mean(h[:, 0] - h[:, 1]) == pytest.approx(0.6, abs=4 * 0.5 * 0.3 * np.sqrt(2 / 200))
+
+
+def test_gd_reaches_the_lbfgs_minimum():
+    # plain GD (lr 0.15) and L-BFGS from the same start land on the same local minimiser
+    pb = make_problem(2.0, 0.3, 60, seed=4, n_test=10)
+    Q0 = pb.teacher.qstar.copy()
+    Qg, st, _, grms, _ = gradient_descent(Q0, pb.train, 0.01, lr=0.15, steps=20000, tol=1e-7)
+    Ql, st2, _, _, _ = lbfgs(Q0, pb.train, 0.01, tol=1e-9)
+    assert st == "converged" and st2 == "converged"
+    Lg, Ll = risk(Qg, pb.train, 0.01)[0], risk(Ql, pb.train, 0.01)[0]
+    # |grad| < 1e-7 RMS and Hessian eigenvalues >= ~lam = 0.01: |Q - Q_min| <~ 1e-5 sqrt(d)
+    assert Lg == pytest.approx(Ll, rel=1e-8)
+    np.testing.assert_allclose(Qg, Ql, atol=1e-4)
+
+
+def test_simulate_gd_result_fields_and_seed_sharing():
+    r1 = simulate_gd(1.0, 0.3, 50, "semantic", seed=7, method="lbfgs", n_test=500)
+    r2 = simulate_gd(1.0, 0.3, 50, "positional", seed=7, method="lbfgs", n_test=500)
+    assert r1.status == "converged" and r1.n == 50 and r1.init == "semantic"
+    for f in ("q", "m", "theta", "theta_over_sigma2", "eps_t", "eps_g", "iterations"):
+        assert f in r1.row()
+    assert r1.theta == pytest.approx(0.25 * r1.theta_over_sigma2)
+    assert r1.metadata["rho"] == r2.metadata["rho"]  # same teacher for both inits of a seed
+    assert r1.eps_g_err > 0
+
+
+@pytest.mark.parametrize("kw", [dict(alpha=0), dict(omega=1.5), dict(sigma=0), dict(lam=-1),
+                                dict(A=[[0.5, 0.6], [0.4, 0.4]]), dict(init="nope"),
+                                dict(d=1), dict(lr=-0.1)])
+def test_bad_input(kw):
+    args = dict(alpha=1.0, omega=0.3, d=20, init="semantic")
+    args.update(kw)
+    with pytest.raises(ValueError):
+        simulate_gd(args.pop("alpha"), args.pop("omega"), args.pop("d"), args.pop("init"),
+                    n_test=10, **args)
