@@ -238,3 +238,30 @@ def test_chebyshev_moment_tables_match_direct_sums():
         b = model._direct_moments(np.array([c, -c]), gam)
         for k in a:
             assert np.allclose(a[k], b[k], rtol=0, atol=1e-7 * np.abs(b[k]).max())
+
+
+def test_spec6_noise_K_mehler_vs_independent_integrals():
+    # at m = 0, xi and z are independent: K = 4 E_z[sum_l D_l^T E_xi[(g - f)(g - f)^T] D_l],
+    # a 2-D integral (200^2 GH nodes), computed here without the Mehler tables
+    from theory.gauss import gh_rule
+
+    om, a = 0.67, 1.0
+    A = ssi.positional_matrix(a)
+    x, w = gh_rule(200)
+    Z = np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2)
+    W = np.outer(w, w).ravel()
+    g = (1 - om) * attention_scores(Z).reshape(-1, 4) + om * A.ravel()
+    Cgg = np.einsum("n,na,nb->ab", W, g, g)
+    Eg = W @ g
+    model = ssi.ps_model(a, om)
+    for e in (0.0, 0.9):
+        Ae, dA = attention_jac(Z + np.array([e, -e]))
+        f = Ae.reshape(-1, 4)
+        D = np.moveaxis(dA, 3, 1).reshape(-1, 2, 4)
+        M = (Cgg[None] - Eg[None, :, None] * f[:, None, :] - f[:, :, None] * Eg[None, None, :]
+             + f[:, :, None] * f[:, None, :])
+        K = 4 * W @ np.einsum("nla,nab,nlb->n", D, M, D)
+        assert model.noise_K(e, 0.0) == pytest.approx(K, rel=2e-4)  # 100^2-node tables
+    # interior point with m != 0: direct 4-D GH (24^4 nodes) agrees to ~1e-4
+    gh = ssi.ps_model(a, om, engine="quad", n=24)
+    assert model.noise_K(0.3, 0.4) == pytest.approx(gh.noise_K(0.3, 0.4), rel=1e-3)

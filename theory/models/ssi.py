@@ -55,7 +55,17 @@ How the expectations are computed
   scrambled Sobol (``"qmc"``) or Monte Carlo (``"mc"``) on FIXED nodes (common random numbers,
   so the ODE right-hand side is smooth).  dR/dm_l by Price's theorem,
   dR/dm_l = -2 E[dg/dxi_l . df/dz_l], which is regular at |m| = 1.  The Hessian of this engine is
-  a central difference (h = 1e-4) of the quadrature gradient.
+  a central difference (h = 1e-4) of the quadrature gradient.  Networks default to QMC here
+  (tensor GH puts symmetric node pairs exactly on a relu kink and biases dR/dm near m = 0).
+* ``engine="ps"`` (default for the spec-6 model: positional-semantic target, L = 2, identity
+  reduction, pe none/opposite): Mehler's formula with the numerically computed Hermite
+  coefficients of softmax(xi xi^T) to order 40 (Parseval tail bound 1.3e-6 at |m| = 1), the
+  student moments as Chebyshev interpolants in e (:class:`PSTables`); K by the same construction
+  to order 16.  The exact phase-diagram criteria (:func:`pd_criteria`) use 2-D reductions
+  (Stein in e, Price in m) instead and do not truncate.
+* Attention with one reduced PE coordinate (pe="opposite") tabulates the student moments of the
+  hermite engine as Chebyshev interpolants in e (40 nodes, ~1e-8 relative); ``flatness`` always
+  uses the direct sums.
 """
 
 from __future__ import annotations
@@ -281,10 +291,6 @@ class _Model:
         if engine == "quad":
             self._init_quad()
         if engine == "ps":
-            # K (the gamma/2 term only) by a coarse direct rule; drift from the exact tables
-            self.n = self.n or PS_K_NODES
-            self.method = "gh"
-            self._init_quad()
             self._ps = ps_tables()
 
     # ---------------------------------------------------------------- student (override)
@@ -329,25 +335,8 @@ class _Model:
         v = self._ps.eval(e, m, tg.omega, tg.A, second=False)
         out = dict(R=v["R"], dRde=np.array([0.5, -0.5]) * v["Re"],
                    dRdm=np.full(2, 0.5 * v["Rm"]))
-        out["K"] = np.full(2, 0.5 * self._ps_K(e, m))
+        out["K"] = np.full(2, 0.5 * self._ps.K(e, m, tg.omega, tg.A))
         return out
-
-    def _ps_K(self, e, m):
-        """K(e, m) of the spec-6 model: 2-D Chebyshev interpolant (PS_K_CHEB^2 nodes on
-        [-1, 1]^2) of the direct 4-D Gauss-Hermite value (PS_K_NODES per dimension); built on
-        first use.  Accuracy a few per cent (K only enters through gamma K / 2)."""
-        from numpy.polynomial import chebyshev as C
-
-        if "Kcheb" not in self._cache:
-            nc = PS_K_CHEB
-            x = np.cos(np.pi * (np.arange(nc) + 0.5) / nc)
-            vals = np.array([[float(np.sum(self._raw_quad(np.array([ei, -ei]),
-                                                          np.full(2, mi))["K"]))
-                              for mi in x] for ei in x])
-            V = C.chebvander(x, nc - 1)
-            Vi = np.linalg.inv(V)
-            self._cache["Kcheb"] = Vi @ vals @ Vi.T
-        return float(C.chebval2d(e, m, self._cache["Kcheb"]))
 
     # ---- quad engine
     def _init_quad(self):
@@ -1223,8 +1212,7 @@ def phase_diagram(a_grid, omega_grid, n: int = PD_NODES, *, check_global: bool =
     return out
 
 
-PS_K_NODES = 12  # 4-D GH nodes per dimension for K in the "ps" engine (K to a few %, see notes)
-PS_K_CHEB = 12  # Chebyshev nodes per axis of the K(e, m) table
+PS_KMAX_K = 16  # Mehler order of the K tables (K only enters through gamma K / 2)
 PS_KMAX = 40  # Mehler truncation order (Parseval tail of S beyond 40: 9e-7)
 PS_NCHEB = 40  # Chebyshev nodes in e on [-1, 1]
 PS_NODES = 100  # 2-D GH nodes per dimension for the tables
@@ -1271,7 +1259,35 @@ class PSTables:
             F1[i] = Fhat[0]
             F2[i] = W @ np.sum(Se**2, axis=1)
             tails.append(F2[i] - float(np.sum(np.sum(Fhat**2, axis=1) / kfac)))
+        # ---- K tables (Mehler to order kmax_k): see K()
+        kk = PS_KMAX_K
+        nkk = (kk + 1) * (kk + 2) // 2  # multi_indices is ordered by total degree
+        Hk = H[:, :nkk]
+        degk = deg[:nkk]
+        kfk = kfac[:nkk]
+        SS = (S0[:, :, None] * S0[:, None, :]).reshape(-1, 16)
+        GSS = np.einsum("na,nk->ka", SS, Hk)  # (nkk, 16)
+        Sk = Shat[:nkk]
+        kvals = []
+        for e in nodes:
+            Ae, dAe = attention_jac(Z + np.array([e, -e])[None])
+            f = Ae.reshape(-1, 4)
+            D = np.moveaxis(dAe, 3, 1).reshape(-1, 2, 4)  # (N, l, a)
+            Q = np.einsum("nla,nlb->nab", D, D).reshape(-1, 16)
+            fD = np.einsum("na,nla->nl", f, D)
+            T = np.einsum("nla,nl->na", D, fD)
+            V = np.sum(fD**2, axis=1)
+            Qh = np.einsum("na,nk->ka", Q, Hk)  # (nkk, 16)
+            Th = np.einsum("na,nk->ka", T, Hk)  # (nkk, 4)
+            K1 = np.bincount(degk, np.sum(GSS * Qh, axis=1) / kfk, minlength=kk + 1)
+            Q4 = Qh.reshape(-1, 4, 4)
+            K2 = np.stack([np.bincount(degk, np.einsum("ka,ka->k", Sk, Q4[:, :, b]) / kfk,
+                                       minlength=kk + 1) for b in range(4)], axis=1)
+            K3 = np.bincount(degk, np.sum(Sk * Th, axis=1) / kfk, minlength=kk + 1)
+            kvals.append(np.concatenate([K1, K2.ravel(), K3, Qh[0], Th[0], [W @ V]]))
+        self.kk = kk
         fit = lambda y: C.chebfit(nodes, y, ncheb - 1)
+        self.Ktab = fit(np.array(kvals))
         self.c = fit(cvals)  # (ncheb, kmax+1) Chebyshev coefficients per power j
         self.F1 = fit(F1)
         self.F2 = fit(F2)
@@ -1303,6 +1319,25 @@ class PSTables:
         else:
             pw = j * (j - 1) * m[None] ** np.clip(j - 2, 0, None) * (j >= 2)
         return np.sum(cj * pw, axis=0)
+
+    def K(self, e, m, omega, A):
+        """K(e, m) = E sum_l (dl/dz_l)^2 of the spec-6 model by Mehler's formula (order
+        PS_KMAX_K): with D_l = df/dz_l, Q_ab = sum_l D_la D_lb, T_a = sum_l D_la (f.D_l),
+        V = sum_l (f.D_l)^2,
+        K/4 = (1-w)^2 E[S_a S_b(xi) Q_ab(z)] + 2 (1-w) (w A_b E[S_a(xi) Q_ab(z)] - E[S_a T_a])
+              + w^2 A.E[Q].A - 2 w A.E[T] + E[V]."""
+        kk = self.kk
+        v = self.C.chebval(float(e), self.Ktab)
+        K1, K2, K3 = v[: kk + 1], v[kk + 1: 5 * (kk + 1)].reshape(kk + 1, 4), \
+            v[5 * (kk + 1): 6 * (kk + 1)]
+        rest = v[6 * (kk + 1):]
+        EQ, ET, EV = rest[:16].reshape(4, 4), rest[16:20], rest[20]
+        A4 = np.asarray(A, float).ravel()
+        pw = float(m) ** np.arange(kk + 1)
+        w = omega
+        val = ((1 - w) ** 2 * (pw @ K1) + 2 * (1 - w) * (w * (pw @ K2 @ A4) - pw @ K3)
+               + w**2 * A4 @ EQ @ A4 - 2 * w * (A4 @ ET) + EV)
+        return 4.0 * float(val)
 
     def eval(self, e, m, omega, A, second=True):
         """R, dR/de (reduced e), dR/dm and (``second``) the second derivatives of the spec-6

@@ -220,7 +220,8 @@ def _fig_landscape(out_dir: Path, quick: bool):
     return dict(files=[str(path)], numbers=[
         dict(name="ODE end point from diagonal start (a=1, omega=0.67, lr=0.05, d=1000)",
              value=trs[0].minimum,
-             how="ps engine: Mehler series to order 40 + Chebyshev tables in e; K by 4-D GH")])
+             how="ps engine: Mehler series in m (order 40; K to order 16) + Chebyshev "
+             "tables in e")])
 
 
 def _fig_flatness(out_dir: Path, quick: bool):
