@@ -88,6 +88,9 @@ def test_parse_target_basic():
         ("", "empty"),
         ("__import__('os')", "forbidden"),
         ("softmax(3, z1, z2)", "1-based index"),
+        ("He2(z1, z2)", "exactly one argument"),
+        ("He(1.5, z1)", "non-negative integer"),
+        ("z1 z2", "cannot parse"),
     ],
 )
 def test_parse_errors(text, fragment):

@@ -150,6 +150,15 @@ def _he(k, x):
     return sp.hermite_prob(int(k), x)
 
 
+def _he_k(k: int):
+    def he_k(*args):
+        if len(args) != 1:
+            raise ValueError(f"He{k}(x) takes exactly one argument, got {len(args)}")
+        return sp.hermite_prob(k, args[0])
+
+    return he_k
+
+
 def _sigmoid(x):
     return 1 / (1 + sp.exp(-x))
 
@@ -245,8 +254,7 @@ def _parse_string(text: str) -> sp.Expr:
     for name in set(re.findall(r"\b(z\d+)\b", text)):
         local[name] = sp.Symbol(name, real=True)
     for name in set(re.findall(r"\bHe(\d+)\b", text)):
-        k = int(name)
-        local[f"He{k}"] = lambda x, k=k: sp.hermite_prob(k, x)
+        local[f"He{name}"] = _he_k(int(name))
     glob = {
         "__builtins__": {},
         "Integer": sp.Integer,
