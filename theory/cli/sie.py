@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from theory.cli._common import add_json, emit
 
 JSON_FIELDS = (
@@ -25,22 +23,25 @@ def register(subparsers) -> None:
         "coefficient), its operator norm (the untied one), the predicted gain "
         "nu_untied/nu_tied = (contraction/op_norm)^2 (x L if SIE = 1) at optimal step sizes and "
         "|contraction/op_norm| (x sqrt(L) if SIE = 1) at equal step sizes, and the SIE of the "
-        "even part (what attention without positional encoding sees).",
+        "even part (what attention without positional encoding sees). gain_*_drift: the same "
+        "gains from the ratio of the initial drifts of the overlaps, which keeps the factor "
+        "L^(1-SIE/2) that the spec formula drops for SIE >= 3 (see theory.hermite).",
         epilog="Examples: theory sie 'He2(z1)+He2(z2)';  theory sie 'z1-z2' --json;  "
         "theory sie 'relu(z1)+relu(z2)' --L 3;  theory sie 'softmax(1, z1*z1, z1*z2)'. "
         "Functions: He<k>(x), exp, log, sqrt, sin, cos, tanh, erf, abs, sign, relu, Max, Min, "
         "Heaviside, sigmoid, softmax(i, a1, ..., an) = exp(a_i)/sum_j exp(a_j). Polynomials and "
         "piecewise polynomials of one linear form are exact; other targets are integrated "
         "numerically and reported with exact = false and the tolerance.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("expr", help="target expression in the variables z1..zL, e.g. 'z1*z2'")
     p.add_argument("--L", type=int, default=None,
                    help="sequence length L (default: the highest variable index in EXPR)")
     p.add_argument("--max-order", type=int, default=6, dest="max_order",
-                   help="highest Hermite order searched (raised to the degree for polynomials)")
+                   help="highest Hermite order searched (default 6; raised to the degree for "
+                   "polynomials)")
     p.add_argument("--tol", type=float, default=1e-9,
-                   help="absolute tolerance of numerical Hermite coefficients (non-polynomials)")
+                   help="absolute tolerance of numerical Hermite coefficients (default 1e-9; "
+                   "used only for non-polynomial targets)")
     add_json(p)
     p.set_defaults(func=handler)
 
