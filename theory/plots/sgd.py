@@ -108,7 +108,7 @@ def fig_trajectories(out_dir, quick):
             ax.plot(t[1:], row[1:], color="0.75", lw=0.6)
         mu = M.mean(0)
         se = M.std(0, ddof=1) / math.sqrt(len(M))
-        sel = np.unique(np.geomspace(1, len(t) - 1, 25).astype(int))
+        sel = np.unique(np.linspace(1, len(t) - 1, 30).astype(int))
         ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3.5, capsize=2, color="C0",
                     label=f"SGD, mean ± SE of {len(M)} seeds (grey: single runs)")
         ax.plot(ode.t[ode.t <= t_end], np.abs(ode.m[ode.t <= t_end]), color="C3", lw=2,
@@ -215,9 +215,9 @@ def fig_gain(out_dir, quick):
     from theory.simulate.gain import gain_curve
 
     if quick:
-        Ls, d, seeds = [1, 2, 3, 4], 300, 8
+        Ls, d, seeds, grid = [1, 2, 4], 300, 6, np.geomspace(1.0, 64.0, 4)
     else:
-        Ls, d, seeds = list(range(1, 11)), 1000, 24
+        Ls, d, seeds, grid = list(range(1, 11)), 1000, 24, np.geomspace(0.25, 64.0, 9)
     setups = [("sum_he2", "Σ_l He2(z_l)/√2", 0.01), ("sum_z", "Σ_l z_l/√L", 0.015)]
     fig, axes = _fig(1, 2, figsize=(12, 4.4))
     numbers = []
@@ -225,7 +225,7 @@ def fig_gain(out_dir, quick):
         for j, rule in enumerate(("equal", "optimal")):
             rows = gain_curve(fam, Ls, simulate=True, d=d, lr=lr, seeds=seeds, step_rule=rule,
                               activation="relu", eta=0.5, workers=_workers(quick),
-                              lrs=lr * np.geomspace(0.25, 8.0, 4 if quick else 6))
+                              lrs=lr * grid)
             L_arr = np.array([r["L"] for r in rows])
             ax.plot(L_arr, [r["gain_predicted"] for r in rows], "-", color=f"C{j}",
                     label=f"theory, {rule} γ (theory.hermite gain_{rule})")
@@ -238,7 +238,8 @@ def fig_gain(out_dir, quick):
                 how=f"log-log slope of simulated nu_untied/nu_tied vs L={Ls[0]}..{Ls[-1]}, "
                     f"relu, d={d}, eta=0.5, {seeds} seeds, "
                     + (f"gamma={lr}" if rule == "equal" else
-                       "best gamma of a geometric grid per network") + "; reduced SGD"))
+                       f"best gamma of the grid {lr}*{np.round(grid, 3).tolist()} per network")
+                + "; reduced SGD"))
             numbers.append(dict(
                 name=f"sgd_gain_{fam}_{rule}_Lmax", value=float(rows[-1]["gain_sim"]),
                 how=f"simulated gain at L={Ls[-1]} (prediction {rows[-1]['gain_predicted']:.3g})"))
@@ -274,7 +275,7 @@ def fig_pathological(out_dir, quick):
             M = np.abs(np.array([r.m for r in res]))
             t = res[0].t
             mu, se = M.mean(0), M.std(0, ddof=1) / math.sqrt(len(M))
-            sel = np.unique(np.geomspace(1, len(t) - 1, 30).astype(int))
+            sel = np.unique(np.linspace(1, len(t) - 1, 30).astype(int))
             ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3, capsize=2,
                         color=f"C{j}", label=f"{name} SGD (mean ± SE, {len(M)} seeds)")
             try:
