@@ -494,12 +494,15 @@ def is_jitted(f) -> bool:
 
 def _expect_mc_numba(f, mean, root, n, rng, parallel=False):
     seed = seed_int(rng)
+    # shift = f(mean): the sums of (f - shift) keep the variance formula accurate; a non-finite
+    # f(mean) (f singular at the mean) falls back to no shift
     first = f(mean.copy())
     if np.ndim(first) == 0:
-        shift = float(first)
+        shift = float(first) if np.isfinite(first) else 0.0
         ker = _mc_kernel_scalar if parallel else _mc_kernel_scalar_serial
     else:
         shift = np.asarray(first, dtype=float).ravel()
+        shift = np.where(np.isfinite(shift), shift, 0.0)
         ker = _mc_kernel_vector if parallel else _mc_kernel_vector_serial
     s, s2 = ker(f, mean, np.ascontiguousarray(root), n, seed, shift)
     mu = s / n
