@@ -577,3 +577,12 @@ def test_sie_figure_hook(tmp_path):
     nums = {d["name"]: d["value"] for d in out["numbers"]}
     assert nums["gain_optimal sum He2 L=6"] == pytest.approx(36)
     assert nums["gain_optimal z1-z2"] == 0
+
+
+def test_hermite_energy_is_parseval():
+    # k! ||C_k||^2 per order sums to E[g^2] (exact 2-D Gauss-Hermite reference)
+    t = parse_target("He2(z1) + 2*z1*z2 + 3 - z2**3")
+    rep = analyze(t)
+    eg2 = gh_projection(lambda x: t.func(x) ** 2, 2, (0, 0), n=6)
+    assert sum(rep.hermite_energy) == pytest.approx(eg2, rel=1e-12)
+    assert rep.hermite_energy[0] == pytest.approx(9.0) and rep.hermite_energy[2] == pytest.approx(6)

@@ -60,6 +60,8 @@ Quantities of :func:`analyze` (spec section 5)
   ``gain_optimal_drift`` = gain_equal_drift^2: at the best admissible step size (noise term
   gamma K / 2 balanced against the drift) the step count scales as 1 / drift^2, assuming equal
   noise constants K for both networks; equals ``gain_optimal`` for SIE <= 2.
+* ``hermite_energy``: [k! ||C_k||_F^2 for k = 0..max_order], the Parseval decomposition of
+  E[g^2] by order (sums to E[g^2] when the target has no higher orders).
 * ``even_sie``: SIE of the even part (g(z) + g(-z))/2 = lowest EVEN order with C_k != 0 -- what
   attention without positional encoding sees (f_w is even in w).
 
@@ -1320,6 +1322,7 @@ class SIEReport(Result):
     tolerance: float = 0.0
     max_order: int = 6
     leading_tensor_exact: Any = None
+    hermite_energy: Any = None
     tied_contraction_exact: str | None = None
 
     def summary(self) -> str:
@@ -1373,9 +1376,14 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
     status = "ok" if store.converged else "max_iter"
     note = "; ".join(store.notes)
     meta = dict(method="exact sympy" if exact else "numerical (quad / Gauss-Hermite)", notes=note)
+    energy = [0.0] * (K + 1)  # k! ||C_k||_F^2 = sum_{|alpha|=k} a_alpha^2 alpha!  (Parseval)
+    for a in store.support():
+        k_a = sum(a)
+        if k_a <= K:
+            energy[k_a] += store.value(a) ** 2 * math.prod(math.factorial(q) for q in a)
     common = dict(expr=str(t.expr), L=t.L, exact=exact, tolerance=float(store.tolerance),
                   max_order=K, even_sie=even[0] if even else None, params=params,
-                  metadata=meta, status=status)
+                  metadata=meta, status=status, hermite_energy=energy)
     if not ks:
         return SIEReport(
             sie=None,

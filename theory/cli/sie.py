@@ -8,7 +8,7 @@ JSON_FIELDS = (
     "expr", "L", "sie", "leading_tensor", "tied_contraction", "op_norm", "op_norm_exact",
     "gain_optimal", "gain_equal", "gain_optimal_drift", "gain_equal_drift", "tied_learnable",
     "even_sie", "exact", "tolerance", "information_exponent", "max_order",
-    "tied_contraction_exact", "status", "message",
+    "tied_contraction_exact", "hermite_energy", "status", "message",
 )
 
 
