@@ -170,3 +170,15 @@ def test_ode_matches_numpy_sgd_attention_with_positional_encoding():
         mean = sim.mean(axis=0)
         sem = sim.std(axis=0, ddof=1) / math.sqrt(sim.shape[0])
         assert np.all(np.abs(mean - ode) <= 4 * sem + 0.02), (mean, ode, sem)
+
+
+def test_ode_gain_matches_hermite_prediction():
+    # sum He2 / sqrt2 at equal (small) step size: nu_untied / nu_tied = L (spec section 5), from
+    # the ODEs of the two networks vs theory.hermite's tensor data
+    for L in (2, 3):
+        tgt = "(" + "+".join(f"He2(z{i + 1})" for i in range(L)) + ")/sqrt(2)"
+        p = ssi.predicted_escape(tgt, L, d=1000, lr=0.005)
+        assert p["gain_equal"] == pytest.approx(L)
+        # the noise term (lr K/2) shifts the two growth rates differently: 1 % at lr = 0.005
+        assert p["gain_ode"] == pytest.approx(p["gain_equal"], rel=1e-2)
+    assert ssi.predicted_escape("z1 - z2", 2, d=1000, lr=0.05)["steps_escape_tied"] is None

@@ -980,15 +980,19 @@ def _unit(L, q):
 # =========================================================================== escape predictions
 
 
-def predicted_escape(target, L: int | None = None, d: float | None = None, lr=None) -> dict:
+def predicted_escape(target, L: int | None = None, d: float | None = None, lr=None,
+                     activation: str = "relu") -> dict:
     """Escape-time scaling law and tied/untied gains from the Hermite data (spec section 5).
 
     Returns ``sie``, ``scaling`` ("d", "d log^2 d", "d^(k-1)"), ``exponent`` and ``log_power``
     (steps ~ d^exponent log^log_power d at the best admissible step size), ``steps_order`` (that
     expression evaluated at ``d`` when given, no constant), ``alpha_tied`` = C_SIE x (1..1),
     ``alpha_untied`` = ||C_SIE||_op, ``gain_optimal``, ``gain_equal``, ``tied_learnable``,
-    ``even_sie``.  ``lr`` is accepted for symmetry with the simulators; the scaling is at the
-    optimal step size (constant-gamma SIE = 2: d log d).
+    ``even_sie``.  The scaling is at the optimal step size (constant-gamma SIE = 2: d log d).
+    With both ``d`` and ``lr``: the ODE escape steps of the tied and the untied network with
+    ``activation`` from m0 = 1/sqrt(d) (threshold eta = 2/sqrt(d) on m, resp. on m_untied):
+    ``steps_escape_tied``, ``steps_escape_untied`` (None if stuck) and ``gain_ode`` (their ratio,
+    untied / tied, at equal step size).
     """
     from theory import hermite
 
@@ -1011,6 +1015,13 @@ def predicted_escape(target, L: int | None = None, d: float | None = None, lr=No
     if d is not None:
         d = check_positive("d", d)
         out["steps_order"] = d**ex * math.log(d) ** lp
+        if lr is not None:
+            t = hermite.parse_target(target, L)
+            rt = integrate_ode(TiedNetwork(t, t.L, activation), lr, d)
+            ru = integrate_ode(UntiedNetwork(t, t.L, activation), lr, d)
+            st, su = rt.steps_escape, ru.steps_escape
+            out.update(steps_escape_tied=st, steps_escape_untied=su,
+                       gain_ode=(su / st) if (st and su) else (0.0 if su else None))
     return out
 
 
