@@ -992,7 +992,7 @@ def _block_coeffs(h, syms, K, tol, store: _Coeffs, cache: dict):
         res = {}
         for alpha in _multiindices(len(syms), K):
             k = sum(alpha)
-            if (k,) not in sub or k == 0 and False:
+            if (k,) not in sub:
                 continue
             mult = sp.Integer(math.factorial(k))
             for q in alpha:
@@ -1001,7 +1001,7 @@ def _block_coeffs(h, syms, K, tol, store: _Coeffs, cache: dict):
             for q, uq in zip(alpha, u):
                 upow *= uq**q
             if ex:
-                v = sp.simplify(sub[(k,)] * mult * upow)
+                v = sub[(k,)] * mult * upow
                 if not _exact_is_zero(v):
                     res[alpha] = v
             else:
