@@ -95,15 +95,17 @@ def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid
     plt = _plt()
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(5.6, 5.0))
+        fig, ax = plt.subplots(figsize=(6.0, 6.4))
     eg, mg, R = ssi.landscape(a, omega, n_grid=n_grid)
     lv = np.nanpercentile(R, np.linspace(0, 100, 30))
     cs = ax.contourf(eg, mg, R, levels=np.unique(lv), cmap="viridis")
-    plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$")
+    plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$", shrink=0.7)
     th = np.linspace(0, 2 * np.pi, 400)
     ax.plot(np.cos(th), np.sin(th), color="k", lw=0.8)
-    ax.plot([0, 0], [1, -1], "w*", ms=11, label="semantic (0, ±1)")
-    ax.plot([1, -1], [0, 0], "r*", ms=11, label="positional (±1, 0)")
+    ax.plot([0, 0], [1, -1], "w*", ms=12, mec="k", ls="none", label="semantic (0, ±1)")
+    ax.plot([1, -1], [0, 0], "r*", ms=12, mec="k", ls="none", label="positional (±1, 0)")
+    ode_colors = ("white", "cyan", "magenta", "yellow")
+    n_ode = 0
     for i, tr in enumerate(trajectories or []):
         get = (lambda k, tr=tr: tr[k]) if isinstance(tr, dict) else (
             lambda k, tr=tr: getattr(tr, k))
@@ -114,15 +116,19 @@ def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid
         meta = tr.get("metadata", {}) if isinstance(tr, dict) else getattr(tr, "metadata", {})
         is_sgd = "SGD" in str((meta or {}).get("method", ""))
         lab = labels[i] if labels is not None else None
-        ax.plot(e, m, color="orange" if is_sgd else "w", lw=0.7 if is_sgd else 1.6,
-                alpha=0.6 if is_sgd else 1.0, label=lab)
+        if is_sgd:
+            ax.plot(e, m, color="orange", lw=0.7, alpha=0.6, label=lab)
+        else:
+            ax.plot(e, m, color=ode_colors[n_ode % len(ode_colors)], lw=1.8, label=lab)
+            n_ode += 1
     ax.set_aspect("equal")
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
     ax.set_xlabel(r"positional overlap $e = p\cdot w/\sqrt{d}$")
     ax.set_ylabel(r"semantic overlap $m = w^*\cdot w/d$")
     ax.set_title(f"R(e, m), a = {a}, omega = {omega} (theory)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+              facecolor="0.75", framealpha=1.0)
     if own:
         fig.tight_layout()
         if path is not None:
