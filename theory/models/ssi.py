@@ -546,20 +546,6 @@ def _egg_exact(t) -> float:
     return float(sum(v**2 * math.prod(math.factorial(q) for q in k) for k, v in t.a1.items()))
 
 
-def _mono_deriv(ks, beta, mv):
-    """d^beta (m^k) for each k in ks at m = mv (vector of length len(ks))."""
-    out = np.ones(len(ks))
-    for j, k in enumerate(ks):
-        v = 1.0
-        for q, b, x in zip(k, beta, mv):
-            if q < b:
-                v = 0.0
-                break
-            v *= math.perm(q, b) * (x ** (q - b) if q > b else 1.0)
-        out[j] = v
-    return out
-
-
 class AttentionModel(_Model):
     """Tied single-layer attention f_w(X) = Pi[softmax_row(z z^T)], z = (X + P/sqrt(d)) w.
 
