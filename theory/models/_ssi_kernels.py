@@ -66,8 +66,17 @@ ACTIVATIONS = {
     "sigmoid": (_sig, lambda x: _sig(x) * (1.0 - _sig(x)), ()),
     "square": (lambda x: x * x, lambda x: 2.0 * x, ()),
     "he2": (lambda x: x * x - 1.0, lambda x: 2.0 * x, ()),
+    "he3": (lambda x: x**3 - 3.0 * x, lambda x: 3.0 * x * x - 3.0, ()),
+    "he4": (lambda x: x**4 - 6.0 * x * x + 3.0, lambda x: 4.0 * x**3 - 12.0 * x, ()),
     "abs": (np.abs, np.sign, (0.0,)),
 }
+# unit-norm Hermite activations He_k / sqrt(k!) and aliases (the simulator's names)
+for _k, _c in ((2, math.sqrt(2.0)), (3, math.sqrt(6.0)), (4, math.sqrt(24.0))):
+    _s, _ds, _kk = ACTIVATIONS[f"he{_k}"]
+    ACTIVATIONS[f"he{_k}n"] = ((lambda x, s=_s, c=_c: s(x) / c),
+                               (lambda x, ds=_ds, c=_c: ds(x) / c), _kk)
+for _alias in ("identity", "id", "he1"):
+    ACTIVATIONS[_alias] = ACTIVATIONS["linear"]
 
 
 def activation(name: str):
