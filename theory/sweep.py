@@ -570,26 +570,22 @@ def demo_point(x: float, y: float = 1.0, delay: float = 0.0) -> dict:
 
 def erm_fixed_point_point(alpha: float, omega: float, branch: str = "semantic",
                           sigma: float | None = None, lam: float | None = None) -> dict:
-    """One replica fixed point of the positional–semantic ERM model (both order parameters)."""
+    """One replica fixed point of the positional–semantic ERM model on the given branch."""
     from theory.models import positional_semantic as ps
 
-    kwargs = {"alpha": alpha, "omega": omega, "branch": branch}
-    if sigma is not None:
-        kwargs["sigma"] = sigma
-    if lam is not None:
-        kwargs["lam"] = lam
-    res = ps.fixed_point(**kwargs)
+    kw = {k: v for k, v in (("omega", omega), ("sigma", sigma), ("lam", lam)) if v is not None}
+    res = ps.fixed_point(alpha, ps.ERMParams(**kw), branch=branch)
     row = _as_row(res)
     keep = ("q", "m", "theta", "V", "eps_t", "eps_g", "branch", "status", "iterations")
     return {k: row.get(k) for k in keep if k in row}
 
 
-def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.1, d: int = 1000,
-                  seed: int = 0) -> dict:
-    """The (e, m) ODE of the positional–semantic SGD target: escape time and the minimum reached."""
+def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_000) -> dict:
+    """(e, m) ODE of the spec-6 positional–semantic SGD model from the default small start:
+    escape time and the minimum reached."""
     from theory.models import ssi
 
-    res = ssi.ode(omega=omega, a=a, lr=lr, d=d)
+    res = ssi.integrate_ode(ssi.ps_model(a, omega), lr=lr, d=d)
     row = _as_row(res)
     keep = ("t_escape", "steps_escape", "final_e", "final_m", "minimum", "status")
     return {k: row.get(k) for k in keep if k in row}
@@ -625,7 +621,7 @@ SWEEPABLE: dict[str, Sweepable] = {
     "sgd-ode": Sweepable(
         "sgd-ode", sgd_ode_point,
         axes={"omega": (float, "target ω values"), "a": (float, "target a values")},
-        options={"lr": (float, 0.1, "step size γ"), "d": (int, 1000, "dimension d")},
+        options={"lr": (float, 0.05, "step size γ"), "d": (int, 10_000, "dimension d")},
         help="(e, m) ODE of the SGD positional–semantic target: escape time and minimum",
         requires="theory.models.ssi",
     ),
