@@ -307,15 +307,17 @@ def fig_fraction_positional(out_dir, quick):
 
     a, lr = 1.0, 0.05
     if quick:
-        d, omegas, n_seeds, t_end = 300, np.linspace(0.5, 0.8, 7), 12, 20.0
+        d, omegas, n_seeds = 1000, np.linspace(0.5, 0.8, 7), 10
     else:
-        d, omegas, n_seeds, t_end = 1000, np.linspace(0.45, 0.85, 17), 40, 30.0
-    steps = int(t_end * d / lr)
+        d, omegas, n_seeds = 1000, np.linspace(0.45, 0.85, 17), 40
+    # each run: until ||(e, m)|| >= 0.3 (escape from the saddle at the origin), then as many
+    # steps again plus t = 10 of relaxation (capped at t = 200)
     frac, err, frac_other = [], [], []
     for om in omegas:
         model = ssi.ps_model(a, float(om))
-        res = _runs(out_dir, "fracpos", model, d, lr, range(n_seeds), quick, steps=steps,
-                    start="origin", n_record=20)
+        res = _runs(out_dir, "fracpos", model, d, lr, range(n_seeds), quick, start="origin",
+                    eta=0.3, margin=1.0, t_margin=10.0, max_steps=int(200 * d / lr),
+                    n_record=20)
         mins = [r.minimum for r in res]
         p = np.mean([mm == "positional" for mm in mins])
         frac.append(p)
@@ -337,7 +339,8 @@ def fig_fraction_positional(out_dir, quick):
     ax.set_ylabel("fraction of runs")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"attention, L = 2, P1 = −P2, a = {a}, d = {d}, γ = {lr}, start (e, m) = (0, 0),"
-                 f"\nstate classified at t = {t_end}", fontsize=9)
+                 "\nstate classified after escape (||(e,m)|| ≥ 0.3) + as long again + t = 10",
+                 fontsize=9)
     ax.legend(fontsize=7)
     # crossing point of the empirical fraction with 1/2
     fr = np.array(frac)
@@ -351,7 +354,7 @@ def fig_fraction_positional(out_dir, quick):
         dict(name="sgd_fraction_positional_half_omega", value=cross,
              how=f"omega where the fraction of runs ending positional crosses 1/2 (linear "
                  f"interpolation), a=1, d={d}, gamma={lr}, {n_seeds} runs per omega, start at "
-                 f"the origin, reduced SGD to t={t_end}"),
+                 "the origin, reduced SGD run past escape (eta=0.3) by as long again + t=10"),
         dict(name="sgd_theory_omega_steepest_switch", value=sw,
              how="theory.models.ssi.boundaries(1.0)['omega_steepest_switch']"),
     ]
@@ -366,10 +369,11 @@ def fig_landscape_trajectories(out_dir, quick):
     from theory.models import ssi
 
     a, om, lr = 1.0, 0.67, 0.05
-    d, n_seeds, t_end = (300, 6, 20.0) if quick else (1000, 12, 30.0)
+    d, n_seeds = (1000, 6) if quick else (1000, 12)
+    t_end = "escape + relaxation"
     model = ssi.ps_model(a, om)
-    res = _runs(out_dir, "landscape", model, d, lr, range(n_seeds), quick,
-                steps=int(t_end * d / lr), start="origin", n_record=150)
+    res = _runs(out_dir, "landscape", model, d, lr, range(n_seeds), quick, start="origin",
+                eta=0.3, margin=1.0, t_margin=10.0, max_steps=int(200 * d / lr), n_record=150)
     trajs = [(np.asarray(r.e, float), np.asarray(r.m, float)) for r in res]
     fig, ax = _fig(figsize=(6.2, 5.4))
     try:
