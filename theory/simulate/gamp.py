@@ -351,8 +351,11 @@ def se_step(state: SEState, alpha, omega, *, sigma=0.5, lam=0.01, A=None, n_mc=1
     eta = np.concatenate([eta, -eta, eta[:, ::-1], -eta[:, ::-1]])
     n_mc = 4 * k
     resid = rho - th**2 / q
-    if resid <= 0:
+    if resid < -1e-9 * rho:
         raise ValueError(f"rho - theta^2/q = {resid:.3g} must stay positive")
+    # Q = Q* gives resid = 0; the antithetic pairs (eta, -eta) keep thetahat finite and
+    # accurate as resid -> 0 (E[g eta] = O(sqrt(resid)))
+    resid = max(resid, 1e-12 * rho)
     s = np.array([1.0, -1.0])
     w = np.sqrt(q) * xi + s * m
     hs = th / np.sqrt(q) * xi + np.sqrt(resid) * eta
