@@ -174,3 +174,45 @@ def test_seeds_in_parallel_and_resume(tmp_path):
                           out=out, steps=2000)
     assert len(out.read_text().splitlines()) == 4
     np.testing.assert_allclose(res2[0].m, res[0].m)
+
+
+def test_ziggurat_normals_have_the_standard_normal_law():
+    s = K.seed_state(2024)
+    x = np.empty(200_000)
+    K.fill_normals(s, x)
+    # mean/variance within 5 standard errors (SE = 1/sqrt(n), sqrt(2/n))
+    assert abs(x.mean()) < 5 / math.sqrt(x.size)
+    assert abs(x.var() - 1) < 5 * math.sqrt(2 / x.size)
+    from scipy import stats
+
+    assert stats.kstest(x, "norm").pvalue > 1e-3
+    # the tail beyond the ziggurat base R = 3.4426 (sampled by the separate tail algorithm)
+    p = 2 * stats.norm.sf(3.442619855899)
+    frac = np.mean(np.abs(x) > 3.442619855899)
+    assert abs(frac - p) < 5 * math.sqrt(p / x.size)
+
+
+@pytest.mark.parametrize("head,act,L,kout,untied,B", CASES[:2] + CASES[-1:])
+def test_in_kernel_rng_chunk_equals_explicit_chunk(head, act, L, kout, untied, B):
+    rng = np.random.default_rng(8)
+    d, n, gamma = 30, 12, 0.3
+    k = B.shape[1]
+    ustar, Qp = _random_frame(rng, d, k)
+    R = L if untied else 1
+    W = rng.standard_normal((R, d))
+    W *= math.sqrt(d) / np.linalg.norm(W, axis=1, keepdims=True)
+    C = np.concatenate([W @ ustar[:, None], W @ Qp.T], axis=1) / math.sqrt(d)
+    zs = rng.standard_normal((n, L))
+    Y = rng.uniform(0, 1, (n, kout))
+    Rm = rng.standard_normal((L, L))
+    s1, s2 = K.seed_state(5), K.seed_state(5)
+    G = np.empty((n, L, d))
+    K.fill_normals(s2, G)
+    W1, C1, W2, C2 = W.copy(), C.copy(), W.copy(), C.copy()
+    B = np.ascontiguousarray(B)
+    o1 = K.full_chunk_rng(W1, ustar, Qp, B, s1, zs, Y, gamma, head, Rm, act, untied, 0.5, C1)
+    o2 = K.full_chunk(W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2)
+    np.testing.assert_array_equal(W1, W2)
+    np.testing.assert_array_equal(C1, C2)
+    assert o1 == o2
+    np.testing.assert_array_equal(s1, s2)

@@ -249,6 +249,91 @@ def head_grad_numpy(head, z, y, Rm, act):
 
 
 @numba.njit(cache=True)
+def _full_step(W, ustar, Qp, Bpe, Gt, zst, yt, gamma, head, Rm, act, untied, C, delta, work, z,
+               corr, dots, pjs):
+    """One SGD step on the full weights (see :func:`full_chunk`); returns the sample loss."""
+    L, d = Gt.shape
+    R = W.shape[0]
+    k = Qp.shape[0]
+    sd = math.sqrt(d)
+    isd = 1.0 / sd
+    # ---- forward: z_l = x_l . w_r + P_l . w_r / sqrt(d)
+    for l in range(L):
+        r = l if untied else 0
+        a = 0.0
+        b = 0.0
+        for i in range(d):
+            g = Gt[l, i]
+            a += g * ustar[i]
+            b += g * W[r, i]
+        a *= isd
+        b *= isd
+        corr[l] = zst[l] * isd - a      # x_l = G/sqrt(d) + corr_l ustar
+        # ustar . w_r = sqrt(d) C[r, 0]
+        zl = b + corr[l] * sd * C[r, 0]
+        if not untied:
+            for j in range(k):
+                zl += Bpe[l, j] * C[r, 1 + j]     # P_l . w / sqrt(d) = e_l
+        z[l] = zl
+    loss = head_grad(head, z, yt, Rm, act, delta, work)
+    # ---- update + renormalisation, fused with the new frame coordinates
+    for r in range(R):
+        for j in range(1 + k):
+            dots[j] = 0.0
+        nrm = 0.0
+        if untied:
+            cu = gamma * delta[r] * corr[r]
+            gd = gamma * delta[r] * isd
+            for i in range(d):
+                wi = W[r, i] - gd * Gt[r, i] - cu * ustar[i]
+                W[r, i] = wi
+                nrm += wi * wi
+                dots[0] += wi * ustar[i]
+        else:
+            cu = 0.0
+            for l in range(L):
+                cu += delta[l] * corr[l]
+            cu *= gamma
+            for j in range(k):
+                pj = 0.0
+                for l in range(L):
+                    pj += delta[l] * Bpe[l, j]
+                pjs[j] = gamma * isd * pj
+            gl = gamma * isd
+            for i in range(d):
+                s = 0.0
+                for l in range(L):
+                    s += delta[l] * Gt[l, i]
+                wi = W[r, i] - gl * s - cu * ustar[i]
+                for j in range(k):
+                    wi -= pjs[j] * Qp[j, i]
+                W[r, i] = wi
+                nrm += wi * wi
+                dots[0] += wi * ustar[i]
+                for j in range(k):
+                    dots[1 + j] += wi * Qp[j, i]
+        scale = sd / math.sqrt(nrm)
+        for i in range(d):
+            W[r, i] *= scale
+        for j in range(1 + k):
+            C[r, j] = dots[j] * scale * isd
+    return loss
+
+
+@numba.njit(cache=True)
+def _recovered(C, untied, eta2):
+    q = 0.0
+    if untied:
+        for r in range(C.shape[0]):
+            q += C[r, 0] * C[r, 0]
+        q /= C.shape[0]
+    else:
+        for j in range(C.shape[1]):
+            q += C[0, j] * C[0, j]
+    return q >= eta2
+
+
+@numba.njit(cache=True)
 def full_chunk(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
     """Run ``G.shape[0]`` SGD steps in place on ``W`` (rows on the sqrt(d)-sphere).
 
@@ -262,93 +347,143 @@ def full_chunk(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta
     (untied).  Returns (index of the first step after which recovery holds or -1, sum of losses).
     """
     n, L, d = G.shape
-    R = W.shape[0]
     k = Qp.shape[0]
-    sd = math.sqrt(d)
-    isd = 1.0 / sd
     delta = np.empty(L)
     work = np.empty((L, L))
     z = np.empty(L)
-    gdu = np.empty(L)
     corr = np.empty(L)
     dots = np.empty(1 + k)
     pjs = np.empty(max(k, 1))
     hit = -1
     loss_sum = 0.0
     for t in range(n):
-        # ---- forward: z_l = x_l . w_r + P_l . w_r / sqrt(d)
-        for l in range(L):
-            r = l if untied else 0
-            a = 0.0
-            b = 0.0
-            for i in range(d):
-                g = G[t, l, i]
-                a += g * ustar[i]
-                b += g * W[r, i]
-            a *= isd
-            b *= isd
-            corr[l] = zstar[t, l] * isd - a      # x_l = G/sqrt(d) + corr_l ustar
-            # ustar . w_r = sqrt(d) C[r, 0]
-            zl = b + corr[l] * sd * C[r, 0]
-            if not untied:
-                for j in range(k):
-                    zl += Bpe[l, j] * C[r, 1 + j]     # P_l . w / sqrt(d) = e_l
-            z[l] = zl
-            gdu[l] = a
-        loss_sum += head_grad(head, z, Y[t], Rm, act, delta, work)
-        # ---- update + renormalisation, fused with the new frame coordinates
-        for r in range(R):
-            for j in range(1 + k):
-                dots[j] = 0.0
-            nrm = 0.0
-            if untied:
-                cu = gamma * delta[r] * corr[r]
-                gd = gamma * delta[r] * isd
-                for i in range(d):
-                    wi = W[r, i] - gd * G[t, r, i] - cu * ustar[i]
-                    W[r, i] = wi
-                    nrm += wi * wi
-                    dots[0] += wi * ustar[i]
-            else:
-                cu = 0.0
-                for l in range(L):
-                    cu += delta[l] * corr[l]
-                cu *= gamma
-                for j in range(k):
-                    pj = 0.0
-                    for l in range(L):
-                        pj += delta[l] * Bpe[l, j]
-                    pjs[j] = gamma * isd * pj
-                for i in range(d):
-                    s = 0.0
-                    for l in range(L):
-                        s += delta[l] * G[t, l, i]
-                    wi = W[r, i] - gamma * isd * s - cu * ustar[i]
-                    for j in range(k):
-                        wi -= pjs[j] * Qp[j, i]
-                    W[r, i] = wi
-                    nrm += wi * wi
-                    dots[0] += wi * ustar[i]
-                    for j in range(k):
-                        dots[1 + j] += wi * Qp[j, i]
-            scale = sd / math.sqrt(nrm)
-            for i in range(d):
-                W[r, i] *= scale
-            for j in range(1 + k):
-                C[r, j] = dots[j] * scale * isd
-        if hit < 0:
-            if untied:
-                q = 0.0
-                for r in range(R):
-                    q += C[r, 0] * C[r, 0]
-                q /= R
-            else:
-                q = 0.0
-                for j in range(1 + k):
-                    q += C[0, j] * C[0, j]
-            if q >= eta2:
-                hit = t
+        loss_sum += _full_step(W, ustar, Qp, Bpe, G[t], zstar[t], Y[t], gamma, head, Rm, act,
+                               untied, C, delta, work, z, corr, dots, pjs)
+        if hit < 0 and _recovered(C, untied, eta2):
+            hit = t
     return hit, loss_sum
+
+
+@numba.njit(cache=True)
+def full_chunk_rng(W, ustar, Qp, Bpe, state, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+    """:func:`full_chunk` with the Gaussian token rows drawn inside the kernel (xoshiro256** +
+    ziggurat, state (4,) uint64 advanced in place): n = zstar.shape[0] steps, same outputs.
+    Equals ``full_chunk`` fed with ``fill_normals(state, (n, L, d))`` from the same state."""
+    n, L = zstar.shape
+    d = W.shape[1]
+    k = Qp.shape[0]
+    delta = np.empty(L)
+    work = np.empty((L, L))
+    z = np.empty(L)
+    corr = np.empty(L)
+    dots = np.empty(1 + k)
+    pjs = np.empty(max(k, 1))
+    Gt = np.empty((L, d))
+    hit = -1
+    loss_sum = 0.0
+    for t in range(n):
+        for l in range(L):
+            for i in range(d):
+                Gt[l, i] = zig_normal(state)
+        loss_sum += _full_step(W, ustar, Qp, Bpe, Gt, zstar[t], Y[t], gamma, head, Rm, act,
+                               untied, C, delta, work, z, corr, dots, pjs)
+        if hit < 0 and _recovered(C, untied, eta2):
+            hit = t
+    return hit, loss_sum
+
+
+# =========================================================================== in-kernel RNG
+# xoshiro256** (Blackman & Vigna) and the 128-layer ziggurat of Marsaglia & Tsang in Doornik's
+# ZIGNOR form (independent uniforms for the layer index and the abscissa): exact N(0, 1) draws.
+
+_ZIG_C = 128
+_ZIG_R = 3.442619855899
+_ZIG_V = 9.91256303526217e-3
+
+
+def _zig_tables():
+    X = np.zeros(_ZIG_C + 1)
+    f = math.exp(-0.5 * _ZIG_R * _ZIG_R)
+    X[0] = _ZIG_V / f
+    X[1] = _ZIG_R
+    for i in range(2, _ZIG_C):
+        X[i] = math.sqrt(-2.0 * math.log(_ZIG_V / X[i - 1] + f))
+        f = math.exp(-0.5 * X[i] * X[i])
+    X[_ZIG_C] = 0.0
+    Rt = X[1:] / X[:-1]
+    return X, Rt
+
+
+ZIG_X, ZIG_RATIO = _zig_tables()
+
+
+@numba.njit(cache=True, inline="always")
+def _rotl(x, k):
+    return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
+
+
+@numba.njit(cache=True)
+def xoshiro_next(s):
+    """xoshiro256**: next 64-bit output; s (4,) uint64 advanced in place."""
+    result = _rotl(s[1] * np.uint64(5), 7) * np.uint64(9)
+    t = s[1] << np.uint64(17)
+    s[2] ^= s[0]
+    s[3] ^= s[1]
+    s[1] ^= s[2]
+    s[0] ^= s[3]
+    s[2] ^= t
+    s[3] = _rotl(s[3], 45)
+    return result
+
+
+@numba.njit(cache=True, inline="always")
+def _u01(s):
+    """Uniform on (0, 1) (53 bits, never 0)."""
+    return (float(xoshiro_next(s) >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+@numba.njit(cache=True)
+def zig_normal(s):
+    """One standard normal draw (ziggurat, ZIGNOR variant)."""
+    while True:
+        r = xoshiro_next(s)
+        u = 2.0 * ((float(r >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)) - 1.0
+        i = int(r & np.uint64(0x7F))
+        if abs(u) < ZIG_RATIO[i]:
+            return u * ZIG_X[i]
+        if i == 0:
+            while True:
+                x = math.log(_u01(s)) / _ZIG_R
+                y = math.log(_u01(s))
+                if -2.0 * y >= x * x:
+                    break
+            return x - _ZIG_R if u < 0 else _ZIG_R - x
+        x = u * ZIG_X[i]
+        f0 = math.exp(-0.5 * (ZIG_X[i] * ZIG_X[i] - x * x))
+        f1 = math.exp(-0.5 * (ZIG_X[i + 1] * ZIG_X[i + 1] - x * x))
+        if f1 + _u01(s) * (f0 - f1) < 1.0:
+            return x
+
+
+@numba.njit(cache=True)
+def fill_normals(s, out):
+    """Fill ``out`` (any shape, C-contiguous) with standard normals from state ``s``."""
+    flat = out.reshape(-1)
+    for i in range(flat.shape[0]):
+        flat[i] = zig_normal(s)
+
+
+def seed_state(seed: int) -> np.ndarray:
+    """xoshiro256** state (4 uint64) from an integer seed via splitmix64."""
+    x = int(seed) & 0xFFFFFFFFFFFFFFFF
+    out = []
+    for _ in range(4):
+        x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        out.append(z ^ (z >> 31))
+    return np.array(out, dtype=np.uint64)
 
 
 def full_chunk_numpy(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):

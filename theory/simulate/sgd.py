@@ -348,8 +348,11 @@ def _recovery_q(spec, C):
 class _FullState:
     """Full d-dimensional weights + the frame (random teacher and encoding directions)."""
 
+    kernel_rng = True      # token rows drawn inside numba (xoshiro256** + ziggurat)
+
     def __init__(self, spec, d, rng, C0, rr0):
         self.spec, self.d = spec, d
+        self.state = None
         B = spec.pe_root()
         self.B = np.ascontiguousarray(B)
         k = B.shape[1]
@@ -377,14 +380,21 @@ class _FullState:
 
     def run(self, n, rng, tfn, lr, head, Rm, act, eta2):
         L, d = self.spec.L, self.d
-        G = rng.standard_normal((n, L, d))
         zs = rng.standard_normal((n, L))
         Y = np.ascontiguousarray(tfn(zs))
-        hit, ls = K.full_chunk(self.W, self.ustar, self.Qp, self.B, G, zs, Y, lr, head, Rm, act,
-                               self.spec.kind == "untied", eta2, self.C)
-        return hit, ls
+        untied = self.spec.kind == "untied"
+        if self.kernel_rng:
+            if self.state is None:
+                self.state = K.seed_state(seed_int(rng))
+            return K.full_chunk_rng(self.W, self.ustar, self.Qp, self.B, self.state, zs, Y, lr,
+                                    head, Rm, act, untied, eta2, self.C)
+        G = rng.standard_normal((n, L, d))
+        return K.full_chunk(self.W, self.ustar, self.Qp, self.B, G, zs, Y, lr, head, Rm, act,
+                            untied, eta2, self.C)
 
     def chunk_max(self):
+        if self.kernel_rng:
+            return 1 << 14
         return max(1, (1 << 19) // (self.spec.L * self.d))
 
     def coords(self):
