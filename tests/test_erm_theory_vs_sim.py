@@ -1,4 +1,4 @@
-"""Replica theory (theory.models.positional_semantic) vs finite-d minimisation of the empirical risk.
+"""Replica theory (models.positional_semantic) vs finite-d minimisation of the empirical risk.
 
 Protocol (spec §6): for each seed, minimise L(Q) from the branch's initialisation (semantic
 Q = Q*, positional Q = 1_d/sqrt(d)) with L-BFGS (same minimiser as GD: tests/test_erm_gd.py),
