@@ -336,9 +336,11 @@ def run_reproduce(
 
     try:
         if workers == 1 or len(todo) <= 1:
-            for p in todo:
+            for k, p in enumerate(todo, 1):
                 if bar is not None:
                     bar.set_postfix_str(p.name)
+                else:
+                    log(f"[{k}/{len(todo)}] {p.name} ({mode}) ...")
                 t0 = time.perf_counter()
                 try:
                     raw, dt = _run_piece(p.fn, str(out), quick)
