@@ -265,33 +265,97 @@ def _sigmoid(u):
 
 @dataclass(frozen=True)
 class Rule:
-    """Quadrature rule over (ξ1, ξ2, η1, η2) ~ N(0, I_4): nodes (N, 4), weights (N,)."""
+    """Quadrature rule over (ξ1, ξ2, η1, η2) ~ N(0, I_4).
 
-    nodes: np.ndarray
-    weights: np.ndarray
+    Tensor/sampled rules (``gh``, ``qmc``, ``mc``): ``nodes`` (N, 4), ``weights`` (N,).
+    The ``split`` rule (default) is described in ``theory.models._ps_kernels``: η by tensor
+    Gauss-Hermite (``n`` per component), ξ in polar coordinates around the point where the
+    student field vanishes, radius by ``n_r``-point Gauss-Legendre, every circle scanned at
+    ``n_phi`` angles with the jumps of the global minimiser located and the arcs between them
+    integrated by ``n_arc``-point Gauss-Legendre.
+    """
+
     method: str
     n: int
+    nodes: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    n_r: int = 0
+    n_phi: int = 0
+    n_arc: int = 0
+
+    @property
+    def n_points(self) -> int:
+        if self.weights is not None:
+            return int(self.weights.size)
+        return int(self.n * self.n * self.n_r)  # circles
+
+    def describe(self) -> dict:
+        if self.method == "split":
+            return dict(method="split", n_eta=self.n, n_r=self.n_r, n_phi=self.n_phi,
+                        n_arc=self.n_arc)
+        return dict(method=self.method, nodes=self.n, n_points=self.n_points)
 
 
-def make_rule(method: str = "gh", nodes: int | None = None, rng=0) -> Rule:
-    """``gh``: tensor Gauss-Hermite with ``nodes`` per dimension (default 14);
-    ``qmc``: ``nodes`` scrambled-Sobol points (default 2^16); ``mc``: ``nodes`` i.i.d. normals."""
+#: default split rule (η nodes per component, radial nodes, scan angles, arc nodes)
+SPLIT_DEFAULT = dict(n=12, n_r=16, n_phi=24, n_arc=4)
+#: a coarse split rule used to get close to a fixed point before the accurate one
+SPLIT_COARSE = dict(n=8, n_r=12, n_phi=16, n_arc=4)
+
+
+def make_rule(method: str = "split", nodes: int | None = None, rng=0, *, n_r: int | None = None,
+              n_phi: int | None = None, n_arc: int | None = None) -> Rule:
+    """Build a quadrature rule.
+
+    ``split`` (default, accurate across the jumps of the prox): ``nodes`` = Gauss-Hermite nodes
+    per η component (default 12); ``n_r``, ``n_phi``, ``n_arc`` as in :class:`Rule`.
+    ``gh``: plain tensor Gauss-Hermite with ``nodes`` per dimension (default 14) — converges
+    slowly and non-monotonically where the prox jumps (positional branch); kept as a reference.
+    ``qmc``: ``nodes`` scrambled-Sobol points (default 2^16); ``mc``: ``nodes`` i.i.d. normals.
+    """
     from theory import gauss
     from theory._util import as_rng
 
+    if method == "split":
+        d = dict(SPLIT_DEFAULT)
+        if nodes is not None:
+            d["n"] = int(nodes)
+        for k, v in (("n_r", n_r), ("n_phi", n_phi), ("n_arc", n_arc)):
+            if v is not None:
+                d[k] = int(v)
+        if d["n"] < 2 or d["n_r"] < 2 or d["n_phi"] < 4 or d["n_arc"] < 2:
+            raise ValueError(f"split rule sizes too small: {d}")
+        return Rule("split", d["n"], n_r=d["n_r"], n_phi=d["n_phi"], n_arc=d["n_arc"])
     if method == "gh":
         n = int(nodes if nodes is not None else 14)
         x, w = gauss.gh_tensor(n, 4)
-        return Rule(np.ascontiguousarray(x), np.ascontiguousarray(w), "gh", n)
+        return Rule("gh", n, np.ascontiguousarray(x), np.ascontiguousarray(w))
     if method == "qmc":
         n = int(nodes if nodes is not None else 2**16)
         x = gauss.sobol_normal(n, 4, rng)
-        return Rule(np.ascontiguousarray(x), np.full(x.shape[0], 1.0 / x.shape[0]), "qmc", n)
+        return Rule("qmc", n, np.ascontiguousarray(x), np.full(x.shape[0], 1.0 / x.shape[0]))
     if method == "mc":
         n = int(nodes if nodes is not None else 2**16)
         x = as_rng(rng).standard_normal((n, 4))
-        return Rule(x, np.full(n, 1.0 / n), "mc", n)
-    raise ValueError(f"method must be 'gh', 'qmc' or 'mc', got {method!r}")
+        return Rule("mc", n, x, np.full(n, 1.0 / n))
+    raise ValueError(f"method must be 'split', 'gh', 'qmc' or 'mc', got {method!r}")
+
+
+def _split_sums(rule: Rule, q, m, theta, V, p: ERMParams, jac: bool):
+    from theory.gauss import gh_rule
+
+    ex, ew = gh_rule(rule.n)
+    sq = math.sqrt(q)
+    R = math.sqrt(2.0) * abs(m) / sq + _K.R_MAX
+    x, w = np.polynomial.legendre.leggauss(rule.n_r)
+    rx = (x + 1) * R / 2
+    rw = w * R / 2
+    glx, glw = np.polynomial.legendre.leggauss(rule.n_arc)
+    A = p.A_array
+    ex = np.ascontiguousarray(ex)
+    ew = np.ascontiguousarray(ew)
+    return _K.split_sums(ex, ew, ex, ew, rx, rw, glx, glw, rule.n_phi, float(q), float(m),
+                         float(theta), float(V), p.rho, p.s2, p.omega, A[0, 0], A[1, 1],
+                         bool(jac), _K.MAX_DEPTH, _nthreads())
 
 
 # --------------------------------------------------------------------------- state equations
@@ -317,13 +381,19 @@ def channel(q, m, theta, V, params, rule: Rule, *, jac: bool = False) -> dict:
     if p.rho - theta * theta / q <= 0:
         raise ValueError(f"rho - theta^2/q must be > 0 (got rho={p.rho}, theta={theta}, q={q})")
     A = p.A_array
-    s = _K.channel_sums(rule.nodes, rule.weights, float(q), float(m), float(theta), float(V),
-                        p.rho, p.s2, p.omega, A[0, 0], A[1, 1], bool(jac),
-                        _nthreads())
+    stats = {}
+    if rule.method == "split":
+        s = _split_sums(rule, q, m, theta, V, p, jac)
+        stats = dict(jumps=float(s[_K.N_CHANNEL]), unresolved=float(s[_K.N_CHANNEL + 1]))
+    else:
+        s = _K.channel_sums(rule.nodes, rule.weights, float(q), float(m), float(theta),
+                            float(V), p.rho, p.s2, p.omega, A[0, 0], A[1, 1], bool(jac),
+                            _nthreads())
     wsum = s[_K.C_W]
     return dict(g2=s[_K.C_G2] / wsum, sg=s[_K.C_SG] / wsum, geta=s[_K.C_GETA] / wsum,
                 gxi=s[_K.C_GXI] / wsum, M=s[_K.C_M] / wsum, trjw=s[_K.C_TRJW] / wsum,
-                trjh=s[_K.C_TRJH] / wsum, eps_g=s[_K.C_EG] / wsum, bad=s[_K.C_BAD] / wsum)
+                trjh=s[_K.C_TRJH] / wsum, eps_g=s[_K.C_EG] / wsum, bad=s[_K.C_BAD] / wsum,
+                wsum=wsum, **stats)
 
 
 def hats_from_channel(alpha, q, m, theta, V, ch: dict, params) -> dict:
@@ -346,7 +416,8 @@ def overlaps_from_hats(qhat, mhat, thetahat, Vhat, params) -> dict:
     p = as_params(params)
     D = p.lam + p.s2 * Vhat
     if not D > 0:
-        raise FloatingPointError(f"lambda + sigma^2 Vhat = {D:.3g} <= 0: the ridge step is unstable")
+        raise FloatingPointError(
+            f"lambda + sigma^2 Vhat = {D:.3g} <= 0: the ridge step is unstable")
     return dict(q=p.s2 * (p.s2 * qhat + mhat**2 + p.s2 * p.rho * thetahat**2) / D**2,
                 m=mhat / D, theta=p.s2 * p.rho * thetahat / D, V=p.s2 / D)
 
@@ -428,51 +499,92 @@ def _enforce(branch, params, d):
 
 
 def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None = None, *,
-                mixing: float = 0.5, tol: float = 1e-8, max_iter: int = 1000,
-                nodes: int | None = None, method: str = "gh", rng=0,
-                rule: Rule | None = None, keep_history: bool = False) -> ERMResult:
-    """Solve the state equations of spec §3 on one branch by damped iteration.
+                mixing: float = 0.5, tol: float = 1e-7, max_iter: int = 300,
+                nodes: int | None = None, method: str = "split", rng=0,
+                rule: Rule | None = None, accel: str = "anderson", coarse: bool = True,
+                keep_history: bool = False) -> ERMResult:
+    """Solve the state equations of spec §3 on one branch.
 
     ``branch`` picks the initialisation (``DEFAULT_INIT``) and the exact invariant subspace:
     positional → θ ≡ 0 (exact: T is even in h*), semantic → m ≡ 0 (exact for A_11 = A_22),
     trivial → θ ≡ m ≡ 0.  The returned ``branch`` is read from the converged order parameters.
-    ``init`` overrides (q, m, theta, V).  Convergence: the undamped map's relative change per
-    order parameter < ``tol``.
+    ``init`` overrides (q, m, theta, V) (warm start).
+
+    Iteration: ``mixing`` = weight on the new iterate; ``accel="anderson"`` (default) adds
+    Anderson acceleration to the damped iteration, ``accel="none"`` is the plain damped
+    iteration.  Convergence: the UNDAMPED map's relative change per order parameter < ``tol``.
+    With ``coarse=True`` and the split rule, the iteration first converges (to 1e-5) on the
+    coarse split rule ``SPLIT_COARSE`` and then continues on the requested rule.
+    Quadrature: ``method`` ("split" default, "gh", "qmc", "mc") and ``nodes`` (see
+    :func:`make_rule`), or a prebuilt ``rule``.
     """
-    from theory.solve.fixed_point import damped_iteration
+    from theory.solve.fixed_point import anderson_iteration, damped_iteration
 
     p = as_params(params)
     alpha = check_alpha(alpha)
     if branch not in BRANCHES:
         raise ValueError(f"branch must be one of {BRANCHES}, got {branch!r}")
+    if accel not in ("anderson", "none"):
+        raise ValueError(f"accel must be 'anderson' or 'none', got {accel!r}")
+    if not 0.0 < mixing <= 1.0:
+        raise ValueError(f"mixing must lie in (0, 1], got {mixing}")
     if rule is None:
         rule = make_rule(method, nodes, rng)
     x0 = dict(DEFAULT_INIT[branch])
     if init is not None:
+        if hasattr(init, "to_dict"):
+            init = init.to_dict()
         for k in ("q", "m", "theta", "V"):
-            if k in init and init[k] is not None:
+            if k in init and init[k] is not None and np.isfinite(init[k]):
                 x0[k] = float(init[k])
     x0 = _enforce(branch, p, x0)
     x0["m"], x0["theta"] = abs(x0["m"]), abs(x0["theta"])
+    if not (x0["q"] > 0 and x0["V"] > 0):
+        raise ValueError(f"the initial q and V must be > 0, got {x0}")
+    keys = ["q", "V"] + (["m"] if x0["m"] != 0 or branch == "positional" else []) \
+        + (["theta"] if x0["theta"] != 0 or branch == "semantic" else [])
+    if branch == "semantic" and not p.swap_symmetric:
+        keys = ["q", "V", "m", "theta"]
     guard_hits = [0]
 
-    def F(x):
-        th, clipped = _guard_theta(x["q"], x["theta"], p.rho)
-        guard_hits[0] += clipped
-        ch = channel(x["q"], x["m"], th, x["V"], p, rule)
-        h = hats_from_channel(alpha, x["q"], x["m"], th, x["V"], ch, p)
-        new = overlaps_from_hats(h["qhat"], h["mhat"], h["thetahat"], h["Vhat"], p)
-        return _enforce(branch, p, new), (ch, h)
+    def make_F(rl):
+        def F(x):
+            full = dict(q=x["q"], V=x["V"], m=x.get("m", 0.0), theta=x.get("theta", 0.0))
+            th, clipped = _guard_theta(full["q"], full["theta"], p.rho)
+            guard_hits[0] += clipped
+            ch = channel(full["q"], full["m"], th, full["V"], p, rl)
+            h = hats_from_channel(alpha, full["q"], full["m"], th, full["V"], ch, p)
+            new = _enforce(branch, p, overlaps_from_hats(h["qhat"], h["mhat"], h["thetahat"],
+                                                         h["Vhat"], p))
+            return {k: new[k] for k in keys}, (ch, h)
+        return F
 
-    out = damped_iteration(F, x0, mixing=mixing, tol=tol, max_iter=max_iter,
-                           keep_history=keep_history)
+    solver = anderson_iteration if accel == "anderson" else damped_iteration
+    start = {k: x0[k] for k in keys}
+    iters = 0
+    if coarse and rule.method == "split" and (rule.n, rule.n_r, rule.n_phi) != (
+            SPLIT_COARSE["n"], SPLIT_COARSE["n_r"], SPLIT_COARSE["n_phi"]):
+        pre = solver(make_F(make_rule("split", **{k: v for k, v in SPLIT_COARSE.items()
+                                                 if k != "n"}, nodes=SPLIT_COARSE["n"])),
+                     start, mixing=mixing, tol=max(tol, 1e-5), max_iter=max_iter,
+                     keep_history=keep_history)
+        iters += pre.iterations
+        if pre.status == "converged":
+            start = dict(pre.x)
+    out = solver(make_F(rule), start, mixing=mixing, tol=tol, max_iter=max_iter,
+                 keep_history=keep_history)
+    out.iterations += iters
+    if out.Fx:
+        out.Fx = _enforce(branch, p, dict(q=out.Fx["q"], V=out.Fx["V"], m=out.Fx.get("m", 0.0),
+                                          theta=out.Fx.get("theta", 0.0)))
+    out.x = dict(q=out.x["q"], V=out.x["V"], m=out.x.get("m", 0.0),
+                 theta=out.x.get("theta", 0.0))
     return _result_from(alpha, p, branch, out, rule, tol, guard_hits[0])
 
 
 def _result_from(alpha, p, branch, out, rule, tol, guard_hits) -> ERMResult:
     x = out.Fx if out.Fx else out.x
-    meta = dict(method=rule.method, nodes=rule.n, n_points=int(rule.weights.size), tol=tol,
-                guard_hits=int(guard_hits))
+    meta = dict(rule.describe(), tol=tol, guard_hits=int(guard_hits))
     if out.aux is None or out.status == "nan":
         return ERMResult(alpha=alpha, omega=p.omega, status=out.status, message=out.message,
                          branch_init=branch, iterations=out.iterations, params=p.to_dict(),
@@ -488,7 +600,10 @@ def _result_from(alpha, p, branch, out, rule, tol, guard_hits) -> ERMResult:
     phi = free_energy(alpha, x, h, ch["M"], p)
     meta.update(phi=phi, eps_t_energy=alpha * (ch["M"] - 0.5 * x["V"] * ch["g2"])
                 + p.lam * x["q"] / (2 * p.s2),
-                Vhat_jac=h["Vhat_jac"], thetahat_jac=h["thetahat_jac"], newton_fail_weight=ch["bad"])
+                Vhat_jac=h["Vhat_jac"], thetahat_jac=h["thetahat_jac"],
+                newton_fail_weight=ch["bad"], jumps=ch.get("jumps"),
+                unresolved_jumps=ch.get("unresolved"), mhat_signed=h["mhat"],
+                thetahat_signed=h["thetahat"])
     m, th = abs(x["m"]), abs(x["theta"])
     return ERMResult(alpha=alpha, omega=p.omega, q=x["q"], m=m, theta=th, V=x["V"],
                      qhat=h["qhat"], mhat=abs(h["mhat"]), thetahat=abs(h["thetahat"]),
@@ -496,3 +611,44 @@ def _result_from(alpha, p, branch, out, rule, tol, guard_hits) -> ERMResult:
                      branch=label_branch(m, th, p), branch_init=branch, status=out.status,
                      message=out.message, iterations=out.iterations, residual=out.residual,
                      params=p.to_dict(), metadata=meta, history=out.history)
+
+
+# --------------------------------------------------------------------------- linear baseline
+
+
+def _softmax_moments(rho: float, n: int = 160) -> tuple[float, float]:
+    """E[S_11] and E[S_11²] for S = softmax_row(h hᵀ), h ~ N(0, ρ I_2).
+
+    With d = h1 - h2 and s = h1 + h2 (independent, variance 2ρ), u = h1(h1 - h2) = d(d + s)/2,
+    so given d, u ~ N(d²/2, ρ d²/2): a 2-D Gaussian integral with an analytic integrand,
+    evaluated by a 2-D Gauss-Hermite product rule with ``n`` nodes per dimension (converged to
+    machine precision for n >= 100 at ρ <= 4; the tests compare with scipy's adaptive dblquad).
+    """
+    from scipy.special import expit
+
+    from theory.gauss import gh_rule
+
+    x, w = gh_rule(n)
+    d = math.sqrt(2 * rho) * x[:, None]
+    z = x[None, :]
+    u = 0.5 * d**2 + np.abs(d) * math.sqrt(rho / 2) * z
+    S = expit(u)
+    W = w[:, None] * w[None, :]
+    return float((W * S).sum()), float((W * S**2).sum())
+
+
+def linear_baseline(params=None, *, n: int = 160) -> float:
+    """ε_g of the linear positional baseline f_B(X) = B X (spec §5), d → ∞:
+    ε_g^lin = (σ²/2)(1 - ω)² Σ_ij Var[softmax(h hᵀ)_ij] = 2 σ² (1 - ω)² Var[S_11], h ~ N(0, ρ I)
+    (Var S_12 = Var S_11 and, by the h1 ↔ h2 symmetry, the second row equals the first)."""
+    p = as_params(params)
+    m1, m2 = _softmax_moments(p.rho, n)
+    return 2.0 * p.s2 * (1.0 - p.omega) ** 2 * (m2 - m1 * m1)
+
+
+def linear_baseline_B(params=None, *, n: int = 160) -> np.ndarray:
+    """The baseline's limiting B* = ω A + (1 - ω) E[softmax(h hᵀ)], shape (2, 2)."""
+    p = as_params(params)
+    m1, _ = _softmax_moments(p.rho, n)
+    ES = np.array([[m1, 1 - m1], [1 - m1, m1]])
+    return p.omega * p.A_array + (1 - p.omega) * ES

@@ -98,3 +98,107 @@ def damped_iteration(
         x = {k: (1 - mixing) * x[k] + mixing * Fx[k] for k in x}
     return FixedPointOutcome(x, Fx, "max_iter", it, res,
                              message or f"no convergence in {max_iter} iterations", hist, aux)
+
+
+def anderson_iteration(
+    F: Callable[[dict], tuple[dict, object]],
+    x0: dict,
+    *,
+    mixing: float = 0.5,
+    tol: float = 1e-8,
+    max_iter: int = 200,
+    atol: float = 1e-10,
+    depth: int = 4,
+    bound: float = 1e8,
+    keep_history: bool = True,
+    start_below: float = 0.05,
+    max_step: float = 0.5,
+) -> FixedPointOutcome:
+    """Anderson-accelerated damped iteration (type II, ``depth`` previous residuals).
+
+    Same contract as :func:`damped_iteration` (``mixing`` = weight on the new iterate, status
+    from the undamped relative residual).  Variables are scaled by max(|x|, atol) so that the
+    least-squares step is well conditioned; when an accelerated step increases the residual
+    tenfold over the best one seen, the history is cleared and the iteration restarts from the
+    best point with a plain damped step.  Non-finite maps (or a ``ValueError`` from the map, e.g.
+    an iterate outside the domain) restore the best point and halve the mixing.  Acceleration
+    starts once the residual is below ``start_below``; an accelerated step that flips a sign or
+    moves a variable by more than ``max_step`` (relative) is replaced by the damped step.
+    """
+    import numpy as np
+
+    if not 0.0 < mixing <= 1.0:
+        raise ValueError(f"mixing must lie in (0, 1], got {mixing}")
+    keys = list(x0)
+    x = np.array([float(x0[k]) for k in keys])
+    X, R = [], []
+    hist = []
+    best = None  # (res, x, Fx, aux)
+    Fx, aux = None, None
+    res = math.inf
+    message = ""
+    it = 0
+    beta = mixing
+    scale = None
+    while it < max_iter:
+        it += 1
+        xd = dict(zip(keys, x))
+        try:
+            Fd, aux = F(xd)
+            fx = np.array([float(Fd[k]) for k in keys])
+            finite = bool(np.all(np.isfinite(fx)))
+        except (FloatingPointError, ZeroDivisionError, ValueError) as exc:
+            finite = False
+            message = f"map failed: {exc}"
+        if not finite:
+            if best is None or beta / 2 < 1e-3:
+                return FixedPointOutcome(xd, {}, "nan", it, math.nan,
+                                         message or "non-finite iterate", hist, aux)
+            beta /= 2
+            X.clear()
+            R.clear()
+            x = best[1] + beta * (best[2] - best[1])
+            continue
+        Fx = Fd
+        if scale is None:  # fixed scaling for the whole run (keeps the differences consistent)
+            scale = np.maximum(np.maximum(np.abs(fx), np.abs(x)), atol)
+        r = (fx - x) / scale
+        res = float(np.max(np.abs(fx - x) / np.maximum(np.abs(fx), atol)))
+        if keep_history:
+            hist.append(dict(xd, residual=res, mixing=beta))
+        if best is None or res < best[0]:
+            best = (res, x.copy(), fx.copy(), aux)
+        if res < tol:
+            return FixedPointOutcome(xd, Fd, "converged", it, res, message, hist, aux)
+        if np.any(np.abs(fx) > bound):
+            return FixedPointOutcome(xd, Fd, "diverged", it, res, "order parameters diverged",
+                                     hist, aux)
+        if res > 10 * best[0] and len(X) > 0:
+            X.clear()
+            R.clear()
+            x = best[1] + beta * (best[2] - best[1])
+            continue
+        X.append(x / scale)
+        R.append(r.copy())
+        if len(X) > depth + 1:
+            X.pop(0)
+            R.pop(0)
+        xs = x / scale
+        damped = x + beta * (fx - x)
+        if len(X) >= 2 and res < start_below:
+            dX = np.array([X[i + 1] - X[i] for i in range(len(X) - 1)]).T
+            dR = np.array([R[i + 1] - R[i] for i in range(len(R) - 1)]).T
+            gamma, *_ = np.linalg.lstsq(dR, r, rcond=1e-10)
+            x_new = (xs + beta * r - (dX + beta * dR) @ gamma) * scale
+            # safeguard: keep the sign of every variable and move at most max_step (relative)
+            bad = np.any(np.sign(x_new) != np.sign(damped)) or np.any(
+                np.abs(x_new - x) > max_step * np.maximum(np.abs(x), atol))
+            if bad:
+                X.clear()
+                R.clear()
+                x_new = damped
+        else:
+            x_new = damped
+        x = x_new
+    return FixedPointOutcome(dict(zip(keys, x)), Fx or {}, "max_iter", it, res,
+                             message or f"no convergence in {max_iter} iterations", hist, aux)
