@@ -11,8 +11,11 @@ Model: attention, L = 2, P_1 = -P_2, identity reduction, positional-semantic tar
 * the exact reduced chain (theory.simulate.reduced.simulate_reduced) at d = 10^3 and 10^6
   (steps per second, should not depend on d), same model, and the tied ReLU network.
 
-Numba compilation is excluded (one warm-up call); the baseline and the kernels draw their
-Gaussians with numpy's default generator (PCG64).
+Numba compilation is excluded (one warm-up call).  The baseline draws its Gaussians with numpy
+(PCG64 + ziggurat); the numba simulator draws them in the kernel (xoshiro256** + ziggurat); the
+"numba + numpy G" column feeds the same kernel with numpy-drawn chunks.  Both simulators must
+draw L d fresh Gaussians per step, so the full simulator is bounded by Gaussian generation: the
+speed-up over the loop is the removed Python/numpy call overhead, largest at small d.
 """
 
 from __future__ import annotations
@@ -77,17 +80,30 @@ def main(argv=None):
     spec = SimSpec(kind="attention", L=2, target=("ps", OMEGA, A), pe="opposite")
     # warm-up (compilation)
     simulate_sgd(spec, 50, LR, 0, steps=50, n_record=5)
+    from theory.simulate import sgd as _s
+    _s._FullState.kernel_rng = False
+    simulate_sgd(spec, 50, LR, 0, steps=50, n_record=5)
+    _s._FullState.kernel_rng = True
     simulate_reduced(spec, 50, LR, 0, steps=50, n_record=5)
+    from theory.simulate import sgd as sgd_mod
+
     print("full d-dimensional SGD, attention L=2 (steps/s; measured, compile excluded)")
-    print(f"{'d':>8} {'numpy loop':>12} {'numba':>12} {'speed-up':>9}")
+    print(f"{'d':>8} {'numpy loop':>12} {'numba':>12} {'speed-up':>9} "
+          f"{'numba+numpy G':>14} {'speed-up':>9}")
     rows = []
     for d in (1000, 10_000):
         nb = int(20000 * scale * 1000 / d) + 200
         base = rate(lambda n, d=d: baseline_loop(d, n), nb)
-        ours = rate(lambda n, d=d: simulate_sgd(spec, d, LR, 1, steps=n, n_record=20,
-                                                start="origin"), 4 * nb)
-        rows.append((d, base, ours))
-        print(f"{d:>8} {base:>12.0f} {ours:>12.0f} {ours / base:>8.1f}x")
+        run = lambda n, d=d: simulate_sgd(spec, d, LR, 1, steps=n, n_record=20, start="origin")
+        ours = rate(run, 4 * nb)
+        sgd_mod._FullState.kernel_rng = False
+        try:
+            ours_np = rate(run, 4 * nb)
+        finally:
+            sgd_mod._FullState.kernel_rng = True
+        rows.append((d, base, ours, ours_np))
+        print(f"{d:>8} {base:>12.0f} {ours:>12.0f} {ours / base:>8.1f}x {ours_np:>14.0f} "
+              f"{ours_np / base:>8.1f}x")
     print("\nreduced chain (steps/s; independent of d)")
     z1, z2 = sp.symbols("z1 z2", real=True)
     tied = SimSpec(kind="tied", L=2, target=("expr", sp.expand((z1**2 - 1 + z2**2 - 1)

@@ -84,8 +84,10 @@ def fig_trajectories(out_dir, quick):
     """ODE vs SGD m(t) for SIE 1, 2, 3 targets (tied network, L = 2, no encoding: e = 0)."""
     from theory.models import ssi
 
-    d = 1000 if quick else 10_000
-    n_seeds = 6 if quick else 24
+    # SIE 3 needs gamma ~ 1/sqrt(d) to escape from m0 = 1/sqrt(d) (noise term), so its cost
+    # grows like d^2: full mode uses d = 2000
+    d = 1000 if quick else 2000
+    n_seeds = 6 if quick else 16
     lrs = {1: 0.1, 2: 0.01, 3: 0.5 / math.sqrt(d)}
     fig, axes = _fig(1, 3, figsize=(13, 3.8))
     numbers = []
@@ -242,7 +244,8 @@ def fig_gain(out_dir, quick):
                 + "; reduced SGD"))
             numbers.append(dict(
                 name=f"sgd_gain_{fam}_{rule}_Lmax", value=float(rows[-1]["gain_sim"]),
-                how=f"simulated gain at L={Ls[-1]} (prediction {rows[-1]['gain_predicted']:.3g})"))
+                how=f"simulated gain at L={Ls[-1]} (prediction {rows[-1]['gain_predicted']:.3g}); "
+                    f"gamma tied={rows[-1]['lr_tied']:.3g}, untied={rows[-1]['lr_untied']:.3g}"))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("sequence length L")
@@ -373,7 +376,7 @@ def fig_landscape_trajectories(out_dir, quick):
     t_end = "escape + relaxation"
     model = ssi.ps_model(a, om)
     res = _runs(out_dir, "landscape", model, d, lr, range(n_seeds), quick, start="origin",
-                eta=0.3, margin=1.0, t_margin=10.0, max_steps=int(200 * d / lr), n_record=150)
+                eta=0.3, margin=1.0, t_margin=25.0, max_steps=int(200 * d / lr), n_record=150)
     trajs = [(np.asarray(r.e, float), np.asarray(r.m, float)) for r in res]
     fig, ax = _fig(figsize=(6.2, 5.4))
     try:

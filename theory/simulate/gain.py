@@ -14,7 +14,9 @@ with the same activation; nu = weak-recovery step (tied: |m| >= eta; untied: m_u
 ||W w*/d|| / sqrt(L) >= eta, i.e. ||W w*/d|| >= eta sqrt(L)).  gain = mean nu_untied / mean
 nu_tied, error by the delta method from the standard errors of the two means.  ``step_rule``:
 "equal" runs both networks at ``lr``; "optimal" scans ``lrs`` (default a geometric grid around
-``lr``) and takes for each network the step size with the smallest mean nu.
+``lr``) and takes for each network the step size with the smallest mean nu (step sizes are
+tried from ``lr`` outwards; once one has escaped in every run, later ones are censored at 3x
+the best mean, and a step size with censored runs is never chosen).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
     else:
         seed_list = [int(s) for s in seeds]
     if max_steps is None:
-        max_steps = int(200 * d / lr) * 10
+        max_steps = int(200 * d / lr)
     if lrs is None:
         lrs = lr * np.geomspace(0.125, 4.0, 6)
     rows = []
@@ -100,12 +102,18 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
             best = {}
             for kind in ("tied", "untied"):
                 spec = SimSpec(kind=kind, L=L, target=("expr", expr), activation=activation)
-                cand = [lr] if step_rule == "equal" else list(lrs)
+                cand = [lr] if step_rule == "equal" else sorted(lrs, key=lambda g: abs(
+                    math.log(g / lr)))
                 stats = []
+                cap = int(max_steps)
                 for g in cand:
-                    mean, se, stuck = _escape_stats(spec, d, float(g), seed_list, eta,
-                                                    max_steps, workers, progress)
+                    mean, se, stuck = _escape_stats(spec, d, float(g), seed_list, eta, cap,
+                                                    workers, progress)
                     stats.append((mean if stuck == 0 else math.inf, mean, se, stuck, float(g)))
+                    if step_rule == "optimal" and stuck == 0:
+                        # a step size whose runs take 3x longer than the best so far cannot be
+                        # the optimum: censor there (bounds the cost of stuck / slow runs)
+                        cap = min(cap, int(3 * min(s[0] for s in stats)) + 1)
                 ok = [s for s in stats if np.isfinite(s[0])] or stats
                 best[kind] = min(ok, key=lambda s: s[1])
             _, mt, st, kt, gt = best["tied"]
