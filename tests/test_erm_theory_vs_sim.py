@@ -7,7 +7,7 @@ at d = 400 and 4 seeds, at omega = 0.3 and alpha = 1.0 < alpha_c < alpha = 2.0.
 Tolerances: |mean over seeds - theory| <= 4 standard errors of the seed mean + a finite-d
 allowance.  The allowance is measured, not guessed: between d = 200, 400 and 1000 (3 seeds
 each, alpha = 1 and 2, see BENCHMARKS.md "ERM (finite-d simulation)") the errors eps_t, eps_g
-drift like c/d with c/eps ~ 30 (relative), i.e. <= 8 % at d = 400 -> allowance 30/d relative;
+drift like c/d with c/eps ~ 40-50 (relative), i.e. ~12 % at d = 400 -> allowance 60/d relative;
 q, m, theta of a non-zero overlap drift by a few % (allowance 0.1 relative); an overlap that is
 exactly zero in the theory (theta on the positional branch, m on the semantic one) is
 O(1/sqrt(d)) at finite d (the O(1) noise part of Q projected on a fixed direction) ->
@@ -57,7 +57,7 @@ def test_branch_theory_vs_minimisation(alpha, branch):
     assert th.branch == branch
     rows = _sims(alpha, branch)
     for f in ("eps_t", "eps_g"):
-        _check(rows, th, f, rel_allow=30 / D)
+        _check(rows, th, f, rel_allow=60 / D)
     _check(rows, th, "q", rel_allow=0.1)
     if branch == "positional":
         _check(rows, th, "m", rel_allow=0.1)

@@ -169,6 +169,20 @@ def linear_baseline(omega, *, sigma=SIGMA, nodes=60):
     return 0.5 * sigma**2 * (1 - omega) ** 2 * var
 
 
+def quick_theory_kw() -> dict:
+    """Keyword arguments for a cheaper theory solve in quick mode (E1's coarse split rule)."""
+    try:
+        from theory.models import positional_semantic as ps
+
+        c = getattr(ps, "SPLIT_COARSE", None)
+        if c:
+            return dict(rule=ps.make_rule("split", c["n"], n_r=c["n_r"], n_phi=c["n_phi"],
+                                          n_arc=c["n_arc"]), tol=1e-6)
+    except Exception:  # noqa: BLE001 - theory module unavailable: the caller reports it
+        pass
+    return {}
+
+
 def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, **kw):
     """E1's fixed points along ``alphas`` (warm start from the previous point); rows (dicts).
 
@@ -255,7 +269,9 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     else:
         d, seeds, alphas_sim = 1000, list(range(5)), list(np.arange(0.25, 3.01, 0.25))
         alphas_th = np.linspace(0.1, 3.0, 30)
-    kw = {} if theory_nodes is None else dict(nodes=theory_nodes)
+    kw = quick_theory_kw() if quick else {}
+    if theory_nodes is not None:
+        kw = dict(nodes=theory_nodes)
     th_err = None
     try:
         th = theory_transition(alphas_th, omega, **kw)
@@ -353,7 +369,9 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
         omegas, alphas = list(np.linspace(0.0, 0.8, 9)), list(np.arange(0.25, 4.01, 0.25))
         omegas_th, alphas_th = list(np.linspace(0.0, 0.8, 9)), np.linspace(0.1, 5.0, 30)
     mean, _ = simulated_delta_eps_t(alphas, omegas, d, seeds, cache_path=out_dir / CACHE_NAME)
-    kw = {} if theory_nodes is None else dict(nodes=theory_nodes)
+    kw = quick_theory_kw() if quick else {}
+    if theory_nodes is not None:
+        kw = dict(nodes=theory_nodes)
     lines, th_err = [], None
     for w in omegas_th:
         try:
@@ -405,7 +423,9 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=2.0, theory_no
     pts = [(alpha, omega, d, s, init) for d in ds for s in seeds
            for init in ("positional", "semantic")]
     rows = run_sims(pts, cache=SimCache(out_dir / CACHE_NAME), desc="erm-d-scaling")
-    kw = {} if theory_nodes is None else dict(nodes=theory_nodes)
+    kw = quick_theory_kw() if quick else {}
+    if theory_nodes is not None:
+        kw = dict(nodes=theory_nodes)
     th = {}
     for branch in ("semantic", "positional"):
         try:
