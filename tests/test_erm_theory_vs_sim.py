@@ -22,8 +22,6 @@ from theory.simulate.erm_gd import make_problem, simulate_gd
 
 D, SEEDS, OMEGA = 400, (0, 1, 2, 3), 0.3
 
-pytestmark = pytest.mark.slow
-
 
 def _theory(alpha, branch):
     ps = pytest.importorskip("theory.models.positional_semantic")
@@ -50,6 +48,7 @@ def _check(rows, th, field, *, rel_allow=0.0, abs_allow=0.0):
     assert abs(v.mean() - t) <= tol, (field, v.mean(), t, tol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.0, 2.0])
 @pytest.mark.parametrize("branch", ["positional", "semantic"])
 def test_branch_theory_vs_minimisation(alpha, branch):
@@ -67,6 +66,7 @@ def test_branch_theory_vs_minimisation(alpha, branch):
         _check(rows, th, "m", abs_allow=2 / np.sqrt(D))
 
 
+@pytest.mark.slow
 def test_global_minimiser_switches_at_alpha_c():
     # the sign of eps_t(sem) - eps_t(pos) in simulation matches the theory on both sides
     for alpha in (1.0, 2.0):
@@ -74,3 +74,13 @@ def test_global_minimiser_switches_at_alpha_c():
         sem, pos = _sims(alpha, "semantic"), _sims(alpha, "positional")
         dsim = np.array([s.eps_t - p.eps_t for s, p in zip(sem, pos)])  # paired by seed
         assert np.sign(dsim.mean()) == np.sign(dth), (alpha, dsim, dth)
+
+
+@pytest.mark.parametrize("omega", [0.0, 0.3, 0.7])
+def test_linear_baseline_two_implementations(omega):
+    # plots.erm (tensor GH over h ~ N(0, sigma^2 I_2), 60 nodes) vs the theory module's own
+    ps = pytest.importorskip("theory.models.positional_semantic")
+    from theory.plots.erm import linear_baseline
+
+    ref = ps.linear_baseline(ps.ERMParams(omega=omega))
+    assert linear_baseline(omega) == pytest.approx(ref, rel=1e-9)
