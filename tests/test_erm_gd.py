@@ -80,6 +80,7 @@ def test_channel_tends_to_the_effective_loss():
 def test_overlap_normalisations():
     pb = make_problem(1.0, 0.3, 200, seed=0, n_test=10)
     t = pb.teacher
+    assert t.rho == pytest.approx(0.25, rel=1e-12)  # normalised teacher: rho = sigma^2
     ov = overlaps(t.qstar, t)  # Q = Q*: theta = q = rho = sigma^2 |Q*|^2/d
     assert ov["theta"] == pytest.approx(t.rho) and ov["q"] == pytest.approx(t.rho)
     assert ov["theta_over_sigma2"] == pytest.approx(t.rho / t.sigma**2)

@@ -30,7 +30,7 @@ from theory._util import atomic_savefig
 from theory.plots import mean_and_sem, use_agg
 
 SIGMA, LAM = 0.5, 0.01
-CACHE_NAME = "erm-sim-cache.jsonl"
+CACHE_NAME = "erm-sim-cache-v2.jsonl"  # v2: teacher normalised to |Q*|^2 = d
 
 
 # --------------------------------------------------------------------------- simulations
