@@ -282,3 +282,21 @@ def test_projection_reduction_and_gram_encoding_L3():
     qe, qg = qm.grad(e, m)
     assert np.allclose(ge, qe, atol=1e-3) and gm == pytest.approx(qg, abs=1e-3)
     assert ex.noise_K(e, m) == pytest.approx(qm.noise_K(e, m), rel=1e-2)
+
+
+def test_ps_tables_disk_cache_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("THEORY_CACHE_DIR", str(tmp_path))
+    ssi.ps_tables.cache_clear()
+    try:
+        built = ssi.ps_tables(8, 8, 30)
+        assert len(list(tmp_path.glob("ps_tables_*.npz"))) == 1
+        ssi.ps_tables.cache_clear()
+        loaded = ssi.ps_tables(8, 8, 30)
+        assert "cache" in loaded.params
+        A = ssi.positional_matrix(0.9)
+        for e, m in [(0.1, 0.2), (0.7, -0.3)]:
+            a, b = built.eval(e, m, 0.6, A), loaded.eval(e, m, 0.6, A)
+            assert all(a[k] == b[k] for k in a)
+            assert built.K(e, m, 0.6, A) == loaded.K(e, m, 0.6, A)
+    finally:
+        ssi.ps_tables.cache_clear()

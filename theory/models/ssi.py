@@ -1356,10 +1356,55 @@ class PSTables:
         return out
 
 
+_PS_FIELDS = ("c", "F1", "F2", "Ktab", "ES", "ESS", "kmax", "kk", "tail")
+
+
+def _cache_dir():
+    import os
+    from pathlib import Path
+
+    return Path(os.environ.get("THEORY_CACHE_DIR", Path.home() / ".cache" / "theory"))
+
+
 @lru_cache(maxsize=4)
 def ps_tables(kmax=PS_KMAX, ncheb=PS_NCHEB, n=PS_NODES) -> PSTables:
-    """Cached :class:`PSTables` (a few seconds to build, once per process)."""
-    return PSTables(kmax, ncheb, n)
+    """Cached :class:`PSTables`: in memory, and on disk in ``$THEORY_CACHE_DIR`` (default
+    ~/.cache/theory; a .npz keyed by every parameter and a hash of the table code; rebuilt if
+    missing or unreadable, skipped if the folder is not writable).  Building takes ~5-10 s."""
+    import hashlib
+    import inspect
+    import io
+
+    from numpy.polynomial import chebyshev as C
+
+    from theory import __version__
+    from theory._util import atomic_write_bytes
+
+    src = hashlib.sha1((inspect.getsource(PSTables) + inspect.getsource(attention_jac)).encode())
+    name = (f"ps_tables_k{kmax}_kk{PS_KMAX_K}_c{ncheb}_n{n}_v{__version__}_"
+            f"{src.hexdigest()[:12]}.npz")
+    path = _cache_dir() / name
+    try:
+        with np.load(path) as z:
+            tb = PSTables.__new__(PSTables)
+            for f in _PS_FIELDS:
+                v = z[f]
+                setattr(tb, f, v if v.ndim else v.item())
+            tb.kmax, tb.kk = int(tb.kmax), int(tb.kk)
+            tb.C = C
+            tb.params = dict(kmax=kmax, ncheb=ncheb, n=n, truncation_bound=float(tb.tail),
+                             cache=str(path))
+            return tb
+    except (OSError, KeyError, ValueError):
+        pass
+    tb = PSTables(kmax, ncheb, n)
+    try:
+        buf = io.BytesIO()
+        np.savez(buf, **{f: np.asarray(getattr(tb, f)) for f in _PS_FIELDS})
+        atomic_write_bytes(path, buf.getvalue())
+    except OSError:
+        pass
+    return tb
 
 
 def landscape(a: float, omega: float, n_grid: int = 121, tables: PSTables | None = None):
