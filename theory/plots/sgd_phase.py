@@ -105,7 +105,7 @@ def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid
     ax.plot([0, 0], [1, -1], "w*", ms=12, mec="k", ls="none", label="semantic (0, ±1)")
     ax.plot([1, -1], [0, 0], "r*", ms=12, mec="k", ls="none", label="positional (±1, 0)")
     ode_colors = ("white", "cyan", "magenta", "yellow")
-    n_ode = 0
+    n_ode = n_sgd = 0
     for i, tr in enumerate(trajectories or []):
         get = (lambda k, tr=tr: tr[k]) if isinstance(tr, dict) else (
             lambda k, tr=tr: getattr(tr, k))
@@ -115,7 +115,13 @@ def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid
         m = np.asarray(get("m"), float)
         meta = tr.get("metadata", {}) if isinstance(tr, dict) else getattr(tr, "metadata", {})
         is_sgd = "SGD" in str((meta or {}).get("method", ""))
-        lab = labels[i] if labels is not None else None
+        if labels is not None:
+            lab = labels[i]
+        elif is_sgd:
+            lab = None if n_sgd else "SGD trajectories (simulation)"
+        else:
+            lab = None if n_ode else "ODE (theory)"
+        n_sgd += int(is_sgd)
         if is_sgd:
             ax.plot(e, m, color="orange", lw=0.7, alpha=0.6, label=lab)
         else:
