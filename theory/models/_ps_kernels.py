@@ -135,7 +135,13 @@ def newton(x1, x2, w1, w2, t1, t2, V, s2):
         slope = g1 * p1 + g2 * p2
         step = 1.0
         accepted = False
-        for _ls in range(60):
+        if shift == 0.0 and gn < 1e-6 * (1.0 + scale):
+            # close to a strict minimum: Newton converges quadratically, and f changes below
+            # round-off, so take the full step without a line search
+            y1 = x1 + p1
+            y2 = x2 + p2
+            accepted = True
+        for _ls in range(0 if accepted else 60):
             y1 = x1 + step * p1
             y2 = x2 + step * p2
             fy = objective(y1, y2, w1, w2, t1, t2, V, s2)

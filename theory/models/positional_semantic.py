@@ -297,7 +297,7 @@ class Rule:
 
 
 #: default split rule (η nodes per component, radial nodes, scan angles, arc nodes)
-SPLIT_DEFAULT = dict(n=12, n_r=16, n_phi=24, n_arc=4)
+SPLIT_DEFAULT = dict(n=10, n_r=16, n_phi=24, n_arc=4)
 #: a coarse split rule used to get close to a fixed point before the accurate one
 SPLIT_COARSE = dict(n=8, n_r=12, n_phi=16, n_arc=4)
 
@@ -307,7 +307,7 @@ def make_rule(method: str = "split", nodes: int | None = None, rng=0, *, n_r: in
     """Build a quadrature rule.
 
     ``split`` (default, accurate across the jumps of the prox): ``nodes`` = Gauss-Hermite nodes
-    per η component (default 12); ``n_r``, ``n_phi``, ``n_arc`` as in :class:`Rule`.
+    per η component (default 10); ``n_r``, ``n_phi``, ``n_arc`` as in :class:`Rule`.
     ``gh``: plain tensor Gauss-Hermite with ``nodes`` per dimension (default 14) — converges
     slowly and non-monotonically where the prox jumps (positional branch); kept as a reference.
     ``qmc``: ``nodes`` scrambled-Sobol points (default 2^16); ``mc``: ``nodes`` i.i.d. normals.
@@ -652,3 +652,182 @@ def linear_baseline_B(params=None, *, n: int = 160) -> np.ndarray:
     m1, _ = _softmax_moments(p.rho, n)
     ES = np.array([[m1, 1 - m1], [1 - m1, m1]])
     return p.omega * p.A_array + (1 - p.omega) * ES
+
+
+# --------------------------------------------------------------------------- curves, transition
+
+
+def curve(alphas, params=None, branches=("semantic", "positional"), *,
+          sweeps=("forward",), progress: bool = False, **fp_kwargs) -> list[ERMResult]:
+    """Fixed points along ``alphas`` for each branch by continuation (warm starts).
+
+    ``sweeps``: "forward" (increasing α) and/or "backward" (decreasing α); each result carries
+    ``metadata["sweep"]``.  Results are returned branch by branch, sweep by sweep, in increasing
+    α.  ``fp_kwargs`` go to :func:`fixed_point` (mixing, tol, nodes, method, rule, ...).
+    """
+    from theory.solve.continuation import sweep as _sweep
+
+    p = as_params(params)
+    alphas = np.asarray(alphas, dtype=float)
+    for a in alphas:
+        check_alpha(a)
+    for b in branches:
+        if b not in BRANCHES:
+            raise ValueError(f"branch must be one of {BRANCHES}, got {b!r}")
+    if "rule" not in fp_kwargs:
+        fp_kwargs["rule"] = make_rule(fp_kwargs.pop("method", "split"),
+                                      fp_kwargs.pop("nodes", None))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(alphas) * len(branches) * len(sweeps), desc="erm curve")
+    out = []
+    for b in branches:
+        def solve(a, init, b=b):
+            return fixed_point(a, p, b, init=init, **fp_kwargs)
+
+        res = _sweep(solve, alphas, None, directions=sweeps, progress=bar,
+                     accept=lambda r, b=b: r.converged and r.branch == b)
+        for d in sweeps:
+            for r in res[d]:
+                r.metadata["sweep"] = d
+                out.append(r)
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def global_minimiser(results: list[ERMResult]) -> list[ERMResult]:
+    """Per α, the converged fixed point with the lowest ε_t (spec §4: the global minimiser)."""
+    by = {}
+    for r in results:
+        if not r.converged or not math.isfinite(r.eps_t):
+            continue
+        k = round(float(r.alpha), 12)
+        if k not in by or r.eps_t < by[k].eps_t:
+            by[k] = r
+    return [by[k] for k in sorted(by)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransitionResult(Result):
+    """α_c (ε_t(semantic) = ε_t(positional)) and α_l (global minimiser's ε_g = ε_g^lin)."""
+
+    omega: float
+    alpha_c: float = math.nan
+    alpha_l: float = math.nan
+    eps_g_lin: float = math.nan
+    eps_g_sem_at_alpha_c: float = math.nan
+    eps_g_pos_at_alpha_c: float = math.nan
+    eps_t_at_alpha_c: float = math.nan
+    alpha_l_branch: str = ""
+
+
+def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool = False,
+               **fp_kwargs) -> TransitionResult:
+    """α_c(ω) and α_l(ω) (spec §4-5).
+
+    Both branches are followed by continuation on the bracketing grid ``alphas`` (default
+    0.25..4 in 12 steps, geometric); Δε_t = ε_t(sem) - ε_t(pos) is bracketed on the grid and its
+    root refined by Brent (each evaluation warm-started from the nearest grid fixed points).
+    α_l: the first α where the global minimiser's ε_g drops below ε_g^lin — inside a branch by
+    Brent on ε_g(branch) - ε_g^lin, or α_c itself when the drop happens in the jump at α_c.
+    ``status``: "converged", or "max_iter" when a bracket is missing (then the message says
+    which, and the field is nan).
+    """
+    from theory.solve.transition import find_root
+
+    p = as_params(params)
+    if alphas is None:
+        alphas = np.geomspace(0.25, 4.0, 12)
+    alphas = np.sort(np.asarray(alphas, dtype=float))
+    if "rule" not in fp_kwargs:
+        fp_kwargs["rule"] = make_rule(fp_kwargs.pop("method", "split"),
+                                      fp_kwargs.pop("nodes", None))
+    res = curve(alphas, p, ("semantic", "positional"), progress=progress, **fp_kwargs)
+    sem = {r.alpha: r for r in res if r.branch_init == "semantic"}
+    pos = {r.alpha: r for r in res if r.branch_init == "positional"}
+
+    def ok(r, b):
+        return r is not None and r.converged and r.branch == b
+
+    cache: dict[tuple, ERMResult] = {}
+
+    def solve_at(a, b):
+        key = (b, round(a, 12))
+        if key in cache:
+            return cache[key]
+        table = sem if b == "semantic" else pos
+        near = min((x for x in table if ok(table[x], b)), key=lambda x: abs(x - a), default=None)
+        init = table[near] if near is not None else None
+        r = fixed_point(a, p, b, init=init, **fp_kwargs)
+        cache[key] = r
+        return r
+
+    def dE(a):
+        rs = sem.get(a) if a in sem else solve_at(a, "semantic")
+        rp = pos.get(a) if a in pos else solve_at(a, "positional")
+        if not (ok(rs, "semantic") and ok(rp, "positional")):
+            return math.nan
+        return rs.eps_t - rp.eps_t
+
+    eps_lin = linear_baseline(p)
+    msgs = []
+    rc = find_root(dE, alphas, xtol=xtol)
+    alpha_c = rc.root
+    out = dict(omega=p.omega, eps_g_lin=eps_lin)
+    if rc.status == "converged":
+        rs, rp = solve_at(alpha_c, "semantic"), solve_at(alpha_c, "positional")
+        out.update(alpha_c=alpha_c, eps_g_sem_at_alpha_c=rs.eps_g, eps_g_pos_at_alpha_c=rp.eps_g,
+                   eps_t_at_alpha_c=0.5 * (rs.eps_t + rp.eps_t))
+    else:
+        msgs.append(f"alpha_c: {rc.message or rc.status}")
+    # α_l: global minimiser's ε_g vs the baseline
+    alpha_l, l_branch = math.nan, ""
+    if math.isfinite(alpha_c):
+        below = [a for a in alphas if a < alpha_c]
+        above = [a for a in alphas if a > alpha_c]
+        # positional part of the global minimiser
+        rl = find_root(lambda a: _eps_g_minus(solve_at(a, "positional"), "positional", eps_lin),
+                       below + [alpha_c], xtol=xtol) if below else None
+        if rl is not None and rl.status == "converged":
+            alpha_l, l_branch = rl.root, "positional"
+        elif out["eps_g_sem_at_alpha_c"] < eps_lin:
+            alpha_l, l_branch = alpha_c, "jump"
+        else:
+            rl = find_root(lambda a: _eps_g_minus(solve_at(a, "semantic"), "semantic", eps_lin),
+                           [alpha_c] + above, xtol=xtol)
+            if rl.status == "converged":
+                alpha_l, l_branch = rl.root, "semantic"
+            else:
+                msgs.append(f"alpha_l: {rl.message or rl.status} (semantic branch above alpha_c)")
+    status = "converged" if math.isfinite(alpha_c) and math.isfinite(alpha_l) else "max_iter"
+    rule = fp_kwargs["rule"]
+    return TransitionResult(alpha_l=alpha_l, alpha_l_branch=l_branch, status=status,
+                            message="; ".join(msgs), params=p.to_dict(),
+                            metadata=dict(rule.describe(), grid=alphas.tolist(),
+                                          dE_evaluations=rc.values), **out)
+
+
+def _eps_g_minus(r, b, eps_lin):
+    if not (r.converged and r.branch == b):
+        return math.nan
+    return r.eps_g - eps_lin
+
+
+def phase_diagram(omegas, params=None, *, progress: bool = False, **kw) -> list[dict]:
+    """α_c(ω) and α_l(ω) for each ω: rows with omega, alpha_c, alpha_l, eps_g_lin, status."""
+    p = as_params(params)
+    rows = []
+    it = omegas
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(omegas, desc="phase diagram")
+    for w in it:
+        t = transition(p.replace(omega=float(w)), **kw)
+        rows.append(dict(omega=float(w), alpha_c=t.alpha_c, alpha_l=t.alpha_l,
+                         eps_g_lin=t.eps_g_lin, alpha_l_branch=t.alpha_l_branch,
+                         status=t.status, message=t.message))
+    return rows

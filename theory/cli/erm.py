@@ -1,0 +1,331 @@
+"""``theory erm``: replica theory of the positional-semantic attention model (spec
+positional-semantic.md) and its finite-d counterparts (gradient descent, GAMP)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import numpy as np
+
+from theory._util import atomic_write_text, parse_range
+from theory.cli._common import add_json, emit
+
+FP_FIELDS = ("q", "m", "theta", "V", "qhat", "mhat", "thetahat", "Vhat", "eps_t", "eps_g",
+             "branch", "status", "iterations", "residual")
+
+
+def _model_args(p, *, omega=True):
+    if omega:
+        p.add_argument("--omega", type=float, required=True,
+                       help="teacher mixing ω in [0, 1] (0 semantic, 1 positional)")
+    p.add_argument("--sigma", type=float, default=0.5, help="token noise σ (default 0.5)")
+    p.add_argument("--lam", type=float, default=0.01, help="ridge λ (default 0.01)")
+    p.add_argument("--A", default="0.6,0.4,0.4,0.6",
+                   help="teacher positional matrix A as a11,a12,a21,a22 (row-stochastic; "
+                        "default 0.6,0.4,0.4,0.6)")
+
+
+def _quad_args(p):
+    p.add_argument("--method", default="split", choices=("split", "gh", "qmc", "mc"),
+                   help="quadrature: 'split' (default; polar rule that splits every circle at "
+                        "the jumps of the prox), 'gh' (plain tensor Gauss-Hermite), 'qmc', 'mc'")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="split: Gauss-Hermite nodes per η component (default 10); gh: nodes "
+                        "per dimension (default 14); qmc/mc: number of points")
+    p.add_argument("--mixing", type=float, default=0.5,
+                   help="damping: weight of the new iterate, in (0, 1] (default 0.5)")
+    p.add_argument("--tol", type=float, default=1e-7,
+                   help="relative tolerance on the undamped residual (default 1e-7)")
+
+
+def _params(args, omega=None):
+    from theory.models import positional_semantic as ps
+
+    try:
+        a = [float(x) for x in str(args.A).split(",")]
+    except ValueError:
+        raise ValueError(f"--A must be four numbers a11,a12,a21,a22, got {args.A!r}") from None
+    if len(a) != 4:
+        raise ValueError(f"--A must be four numbers a11,a12,a21,a22, got {args.A!r}")
+    return ps.ERMParams(sigma=args.sigma, lam=args.lam,
+                        omega=args.omega if omega is None else omega,
+                        A=[[a[0], a[1]], [a[2], a[3]]])
+
+
+def _fp_kwargs(args):
+    from theory.models import positional_semantic as ps
+
+    return dict(mixing=args.mixing, tol=args.tol,
+                rule=ps.make_rule(args.method, args.nodes))
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def cmd_fixed_point(args):
+    from theory.models import positional_semantic as ps
+
+    p = _params(args)
+    r = ps.fixed_point(args.alpha, p, args.branch, **_fp_kwargs(args))
+    d = r.to_dict()
+    payload = {k: d[k] for k in FP_FIELDS}
+    payload.update(alpha=r.alpha, omega=r.omega, branch_init=r.branch_init,
+                   theta_over_sigma2=r.theta / p.s2, message=r.message,
+                   quadrature=ps.make_rule(args.method, args.nodes).describe())
+    text = "\n".join(f"{k}: {v}" for k, v in payload.items())
+    emit(args, payload, text)
+    return 0 if r.converged else 1
+
+
+CURVE_COLUMNS = ("kind", "alpha", "omega", "q", "m", "theta", "theta_over_sigma2", "V", "eps_t",
+                 "eps_g", "branch", "status", "iterations", "sweep")
+
+
+def curve_rows(results, p, eps_lin):
+    from theory.models import positional_semantic as ps
+
+    rows = []
+    for r in results:
+        rows.append(dict(kind=r.branch_init, alpha=r.alpha, omega=r.omega, q=r.q, m=r.m,
+                         theta=r.theta, theta_over_sigma2=r.theta / p.s2, V=r.V, eps_t=r.eps_t,
+                         eps_g=r.eps_g, branch=r.branch, status=r.status,
+                         iterations=r.iterations, sweep=r.metadata.get("sweep", "")))
+    fwd = [r for r in results if r.metadata.get("sweep", "forward") == "forward"
+           and r.branch == r.branch_init]
+    for r in ps.global_minimiser(fwd):
+        rows.append(dict(kind="global", alpha=r.alpha, omega=r.omega, q=r.q, m=r.m,
+                         theta=r.theta, theta_over_sigma2=r.theta / p.s2, V=r.V,
+                         eps_t=r.eps_t, eps_g=r.eps_g, branch=r.branch, status=r.status,
+                         iterations=r.iterations, sweep="forward"))
+    for a in sorted({r.alpha for r in results}):
+        rows.append(dict(kind="baseline", alpha=a, omega=p.omega, eps_g=eps_lin,
+                         status="ok", branch="linear"))
+    return rows
+
+
+def _csv(rows, columns) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None or (isinstance(v, float) and not math.isfinite(v))
+                        else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def cmd_curve(args):
+    from theory.models import positional_semantic as ps
+
+    p = _params(args)
+    alphas = parse_range(args.alphas)
+    sweeps = ("forward", "backward") if args.sweeps == "both" else (args.sweeps,)
+    res = ps.curve(alphas, p, ("semantic", "positional"), sweeps=sweeps,
+                   progress=not args.json and not args.no_progress, **_fp_kwargs(args))
+    eps_lin = ps.linear_baseline(p)
+    rows = curve_rows(res, p, eps_lin)
+    if args.out:
+        atomic_write_text(args.out, _csv(rows, CURVE_COLUMNS))
+    if args.plot:
+        from theory.plots.erm_theory import plot_curve
+
+        plot_curve(rows, p, args.plot)
+    lines = [f"{'kind':>10} {'alpha':>8} {'q':>10} {'m':>10} {'theta/s2':>9} {'V':>9} "
+             f"{'eps_t':>11} {'eps_g':>11} {'branch':>10} status"]
+    for r in rows:
+        if r["kind"] == "baseline":
+            continue
+        lines.append(f"{r['kind']:>10} {r['alpha']:8.4f} {r['q']:10.6f} {r['m']:10.6f} "
+                     f"{r['theta_over_sigma2']:9.5f} {r['V']:9.4f} {r['eps_t']:11.7f} "
+                     f"{r['eps_g']:11.7f} {r['branch']:>10} {r['status']}")
+    lines.append(f"linear baseline eps_g_lin = {eps_lin:.7f}")
+    emit(args, dict(omega=p.omega, eps_g_lin=eps_lin, rows=rows), "\n".join(lines))
+
+
+def cmd_transition(args):
+    from theory.models import positional_semantic as ps
+
+    p = _params(args)
+    kw = _fp_kwargs(args)
+    if args.alphas:
+        kw["alphas"] = parse_range(args.alphas)
+    t = ps.transition(p, progress=not args.json and not args.no_progress, **kw)
+    payload = dict(omega=t.omega, alpha_c=t.alpha_c, alpha_l=t.alpha_l, eps_g_lin=t.eps_g_lin,
+                   eps_g_sem_at_alpha_c=t.eps_g_sem_at_alpha_c,
+                   eps_g_pos_at_alpha_c=t.eps_g_pos_at_alpha_c,
+                   eps_t_at_alpha_c=t.eps_t_at_alpha_c, alpha_l_branch=t.alpha_l_branch,
+                   status=t.status, message=t.message)
+    emit(args, payload)
+    return 0 if t.status == "converged" else 1
+
+
+PD_COLUMNS = ("omega", "alpha_c", "alpha_l", "eps_g_lin", "alpha_l_branch", "status", "message")
+
+
+def cmd_phase_diagram(args):
+    from theory.models import positional_semantic as ps
+
+    p = _params(args, omega=0.0)
+    omegas = parse_range(args.omegas)
+    for w in omegas:
+        ps.ERMParams(omega=float(w))  # validate every ω up front
+    kw = _fp_kwargs(args)
+    if args.alphas:
+        kw["alphas"] = parse_range(args.alphas)
+    rows = []
+    it = omegas
+    if not args.json and not args.no_progress:
+        from tqdm import tqdm
+
+        it = tqdm(omegas, desc="phase diagram")
+    for w in it:
+        rows.extend(ps.phase_diagram([float(w)], p, **kw))
+        if args.out:  # rewritten atomically after every ω: an interruption keeps the done rows
+            atomic_write_text(args.out, _csv(rows, PD_COLUMNS))
+    if args.plot:
+        from theory.plots.erm_theory import plot_phase_diagram
+
+        plot_phase_diagram(rows, p, args.plot)
+    text = "\n".join(f"omega={r['omega']:.4f} alpha_c={r['alpha_c']:.5f} "
+                     f"alpha_l={r['alpha_l']:.5f} ({r['status']})" for r in rows)
+    emit(args, dict(rows=rows), text)
+
+
+SIM_FIELDS = ("q", "m", "theta", "eps_t", "eps_g", "status", "iterations")
+
+
+def _summarise(results):
+    out = {}
+    for k in ("q", "m", "theta", "eps_t", "eps_g"):
+        v = np.array([getattr(r, k, math.nan) for r in results], dtype=float)
+        v = v[np.isfinite(v)]
+        out[k] = float(v.mean()) if v.size else None
+        out[f"{k}_err"] = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else None
+    return out
+
+
+def _sim_common(p):
+    p.add_argument("--alpha", type=float, required=True, help="sample ratio α = n/d (> 0)")
+    _model_args(p)
+    p.add_argument("--d", type=int, default=400, help="token dimension d (default 400)")
+    p.add_argument("--init", default="semantic", choices=("semantic", "positional", "random"),
+                   help="initialisation (default semantic)")
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds 0..S-1 (default 3)")
+    add_json(p)
+
+
+def _A(args):
+    return _params(args).A_array
+
+
+def cmd_simulate(args):
+    from theory.simulate.erm_gd import simulate_gd
+
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    runs = [simulate_gd(args.alpha, args.omega, args.d, args.init, s, sigma=args.sigma,
+                        lam=args.lam, A=_A(args), lr=args.lr, steps=args.steps)
+            for s in range(args.seeds)]
+    payload = dict(alpha=args.alpha, omega=args.omega, d=args.d, init=args.init,
+                   seeds=args.seeds, **_summarise(runs),
+                   runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + ("seed",)} for r in runs])
+    emit(args, payload)
+
+
+def cmd_gamp(args):
+    from theory.simulate.gamp import run_gamp
+
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    runs = [run_gamp(args.alpha, args.omega, args.d, args.init, s, sigma=args.sigma,
+                     lam=args.lam, A=_A(args), max_iter=args.max_iter, mixing=args.mixing)
+            for s in range(args.seeds)]
+    payload = dict(alpha=args.alpha, omega=args.omega, d=args.d, init=args.init,
+                   seeds=args.seeds, **_summarise(runs),
+                   runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + ("V", "seed")}
+                         for r in runs])
+    emit(args, payload)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def register(subparsers):
+    erm = subparsers.add_parser(
+        "erm", help="ERM of the positional-semantic attention model: replica theory, "
+                    "transition, GD / GAMP simulations",
+        description="Replica-symmetric theory of empirical risk minimisation in the solvable "
+                    "dot-product attention model (Cui et al. 2024), L = 2, and its finite-d "
+                    "counterparts.")
+    sub = erm.add_subparsers(dest="erm_command", metavar="SUBCOMMAND")
+    erm.set_defaults(func=lambda a: (erm.print_help(), 2)[1])
+
+    p = sub.add_parser("fixed-point", help="solve the state equations at one (α, ω) on a branch",
+                       description="One fixed point of the replica state equations; prints q, "
+                                   "m, theta, V, eps_t, eps_g, branch, status, iterations.")
+    p.add_argument("--alpha", type=float, required=True, help="sample ratio α = n/d (> 0)")
+    _model_args(p)
+    p.add_argument("--branch", default="semantic", choices=("semantic", "positional", "trivial"),
+                   help="initialisation / invariant subspace (default semantic); the reported "
+                        "branch is read from the converged order parameters")
+    _quad_args(p)
+    add_json(p)
+    p.set_defaults(func=cmd_fixed_point)
+
+    p = sub.add_parser("curve", help="both branches over a range of α (+ global minimiser, "
+                                     "linear baseline)",
+                       description="Follow the semantic and positional branches over α by "
+                                   "continuation; rows per (kind, α) with kind in semantic, "
+                                   "positional, global, baseline.")
+    _model_args(p)
+    p.add_argument("--alphas", required=True, help="START:STOP:N (inclusive) or a,b,c")
+    p.add_argument("--sweeps", default="forward", choices=("forward", "backward", "both"),
+                   help="continuation direction(s) (default forward)")
+    p.add_argument("--out", help="write the rows as CSV (atomically)")
+    p.add_argument("--plot", help="write a figure (PNG) of the curves")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _quad_args(p)
+    add_json(p)
+    p.set_defaults(func=cmd_curve)
+
+    p = sub.add_parser("transition", help="α_c (equal ε_t of both branches) and α_l (ε_g of "
+                                          "the global minimiser = linear baseline)",
+                       description="Locate α_c(ω) by bracketing + Brent on ε_t(sem) - ε_t(pos) "
+                                   "and α_l(ω) where the global minimiser's ε_g crosses the "
+                                   "linear baseline.")
+    _model_args(p)
+    p.add_argument("--alphas", help="bracketing grid (default 0.25..4, 12 geometric points)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _quad_args(p)
+    add_json(p)
+    p.set_defaults(func=cmd_transition)
+
+    p = sub.add_parser("phase-diagram", help="α_c(ω) and α_l(ω) on a grid of ω",
+                       description="The (α, ω) phase diagram: α_c and α_l for every ω.")
+    p.add_argument("--omegas", required=True, help="START:STOP:N (inclusive) or a,b,c")
+    _model_args(p, omega=False)
+    p.add_argument("--alphas", help="bracketing grid in α (default 0.25..4, 12 points)")
+    p.add_argument("--out", help="CSV of the rows (rewritten atomically after every ω)")
+    p.add_argument("--plot", help="write the phase diagram (PNG)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _quad_args(p)
+    add_json(p)
+    p.set_defaults(func=cmd_phase_diagram)
+
+    p = sub.add_parser("simulate", help="full-batch gradient descent at finite d (per seed)",
+                       description="Gradient descent on the empirical risk at dimension d; "
+                                   "mean ± standard error over seeds of q, m, theta, eps_t, "
+                                   "eps_g, plus every run.")
+    _sim_common(p)
+    p.add_argument("--lr", type=float, default=0.15, help="learning rate (default 0.15)")
+    p.add_argument("--steps", type=int, default=3000, help="maximal GD steps (default 3000)")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("gamp", help="GAMP at finite d (per seed)",
+                       description="GAMP for this model (state evolution = the replica "
+                                   "equations); mean ± standard error over seeds.")
+    _sim_common(p)
+    p.add_argument("--max-iter", type=int, default=200, help="GAMP iterations (default 200)")
+    p.add_argument("--mixing", type=float, default=0.5, help="damping (default 0.5)")
+    p.set_defaults(func=cmd_gamp)
