@@ -68,6 +68,15 @@ class SimCache:
                 fh.flush()
 
 
+class TheoryCache(SimCache):
+    """Append-only JSONL cache of theory fixed points (same file format as :class:`SimCache`)."""
+
+    KEYS = ("kind", "alpha", "omega", "branch", "sigma", "lam", "rule")
+
+
+THEORY_CACHE_NAME = "erm-theory-cache.jsonl"
+
+
 def run_sims(points, *, sigma=SIGMA, lam=LAM, method="lbfgs", cache: SimCache | None = None,
              n_test=4000, progress=True, desc="ERM simulations"):
     """Run ``simulate_gd`` at every ``(alpha, omega, d, seed, init)`` in ``points``; rows (dicts).
@@ -191,20 +200,31 @@ def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, **kw):
     """
     from theory.models import positional_semantic as ps
 
+    cache = kw.pop("cache", None)
+    rule = kw.get("rule")
+    tag = json.dumps(rule.describe() if rule is not None else {}, sort_keys=True)
     params = ps.ERMParams(sigma=sigma, lam=lam, omega=omega)
     rows, init = [], None
     for a in alphas:
-        try:
-            r = ps.fixed_point(float(a), params, branch, init=init, **kw)
-        except ValueError as exc:
-            rows.append(dict(alpha=float(a), status="nan", message=str(exc), branch=""))
-            init = None
-            continue
-        row = r.row()
-        row["theta_over_sigma2"] = r.theta / sigma**2
-        row["m_over_sigma2"] = r.m / sigma**2
+        ckey = dict(kind="theory", alpha=float(a), omega=float(omega), branch=branch,
+                    sigma=sigma, lam=lam, rule=tag)
+        row = cache.get(**ckey) if cache is not None else None
+        if row is None:
+            try:
+                r = ps.fixed_point(float(a), params, branch, init=init, **kw)
+            except ValueError as exc:
+                rows.append(dict(alpha=float(a), status="nan", message=str(exc), branch=""))
+                init = None
+                continue
+            row = r.row()
+            row["theta_over_sigma2"] = r.theta / sigma**2
+            row["m_over_sigma2"] = r.m / sigma**2
+            row.update(ckey)
+            if cache is not None:
+                cache.put(row)
         rows.append(row)
-        init = dict(q=r.q, m=r.m, theta=r.theta, V=r.V) if r.converged else None
+        ok = row.get("status") in ("converged", "ok")
+        init = dict(q=row["q"], m=row["m"], theta=row["theta"], V=row["V"]) if ok else None
     return rows
 
 
@@ -224,7 +244,9 @@ def crossing(xs, ys):
 
 
 def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, **kw):
-    """Theory curves of both branches and (α_c, α_l) from them (interpolated on ``alphas``)."""
+    """Theory curves of both branches and (α_c, α_l) from them (interpolated on ``alphas``).
+
+    ``cache=TheoryCache(path)`` reuses fixed points already on disk."""
     pos = theory_curve(alphas, omega, "positional", sigma=sigma, lam=lam, **kw)
     sem = theory_curve(alphas, omega, "semantic", sigma=sigma, lam=lam, **kw)
     P = {r["alpha"]: r for r in _ok(pos, "positional")}
@@ -274,7 +296,8 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
         kw = dict(nodes=theory_nodes)
     th_err = None
     try:
-        th = theory_transition(alphas_th, omega, **kw)
+        th = theory_transition(alphas_th, omega,
+                               cache=TheoryCache(out_dir / THEORY_CACHE_NAME), **kw)
     except Exception as exc:  # the figure still shows the simulations, and says why
         th, th_err = dict(positional=[], semantic=[], global_=[], delta=([], [])), repr(exc)
     pts = [(float(a), omega, d, s, init) for a in alphas_sim for s in seeds
@@ -363,7 +386,8 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     if quick:
         d, seeds = 100, [0]
         omegas, alphas = [0.1, 0.3, 0.5, 0.7], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
-        omegas_th, alphas_th = [0.1, 0.3, 0.5], np.linspace(0.25, 3.5, 10)
+        # theory grid shared with erm-omega03 (cached fixed points are reused)
+        omegas_th, alphas_th = [0.1, 0.3, 0.5], np.linspace(0.25, 3.0, 12)[1::2]
     else:
         d, seeds = 500, [0, 1]
         omegas, alphas = list(np.linspace(0.0, 0.8, 9)), list(np.arange(0.25, 4.01, 0.25))
@@ -375,7 +399,8 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     lines, th_err = [], None
     for w in omegas_th:
         try:
-            th = theory_transition(alphas_th, w, **kw)
+            th = theory_transition(alphas_th, w, cache=TheoryCache(out_dir / THEORY_CACHE_NAME),
+                                   **kw)
             lines.append((w, th["alpha_c"], th["alpha_l"]))
         except Exception as exc:
             th_err = repr(exc)
@@ -429,7 +454,8 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=2.0, theory_no
     th = {}
     for branch in ("semantic", "positional"):
         try:
-            r = theory_curve([alpha], omega, branch, **kw)[0]
+            r = theory_curve([alpha], omega, branch,
+                             cache=TheoryCache(out_dir / THEORY_CACHE_NAME), **kw)[0]
             if r.get("status") in ("converged", "ok"):
                 th[branch] = r["eps_g"]
         except Exception:
