@@ -219,7 +219,7 @@ def fig_gain(out_dir, quick):
     if quick:
         Ls, d, seeds, grid = [1, 2, 4], 300, 6, np.geomspace(1.0, 64.0, 4)
     else:
-        Ls, d, seeds, grid = list(range(1, 11)), 1000, 24, np.geomspace(0.25, 64.0, 9)
+        Ls, d, seeds, grid = [1, 2, 3, 4, 6, 8, 10], 1000, 16, np.geomspace(1.0, 64.0, 7)
     setups = [("sum_he2", "Σ_l He2(z_l)/√2", 0.01), ("sum_z", "Σ_l z_l/√L", 0.015)]
     fig, axes = _fig(1, 2, figsize=(12, 4.4))
     numbers = []

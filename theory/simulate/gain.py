@@ -17,6 +17,13 @@ nu_tied, error by the delta method from the standard errors of the two means.  `
 ``lr``) and takes for each network the step size with the smallest mean nu (step sizes are
 tried from ``lr`` outwards; once one has escaped in every run, later ones are censored at 3x
 the best mean, and a step size with censored runs is never chosen).
+
+Observation (simulation vs the spec's optimal-step prediction).  With per-row spheres (spec
+section 8) the untied row l has drift and noise term both 1/L times the tied ones near m = 0
+(delta_l = dl/dz_l carries the 1/sqrt(L) of the readout, K_l = E delta_l^2 = K_tied / L), so the
+largest admissible step size is the same for both networks and the measured gain at the best
+step size of a grid stays ~ gain_equal (~ L for the two families above), not ratio^2 (~ L^2).
+The figure ``sgd-gain`` shows both predictions against the simulation.
 """
 
 from __future__ import annotations
