@@ -254,8 +254,9 @@ class SGDResult(Result):
     """A finite-d SGD trajectory (same field names as the ODE result of ``theory.models.ssi``).
 
     t (n_rec,) ODE time gamma nu / d; steps (n_rec,) step counts nu; m (n_rec,) overlap (untied:
-    m_untied = ||W w*/d|| / sqrt(L)); e (n_rec,) scalar encoding overlap when the encoding has
-    rank <= 1 (zeros without encoding) else (n_rec, L) the vector e_l; risk: mean sample loss
+    m_untied = ||W w*/d|| / sqrt(L)); e: the encoding overlap in reduced coordinates c (e_l =
+    sum_j B_lj c_j, B B^T = P P^T, as in ``theory.models.ssi``): (n_rec,) when the encoding has
+    rank <= 1 (zeros without encoding), else (n_rec, rank); risk: mean sample loss
     over the steps since the previous record (a noisy risk estimate, NaN at step 0);
     steps_escape / t_escape: weak-recovery step / time (None if not reached); final_e, final_m:
     last values; minimum: "semantic" | "positional" | "other" (:func:`classify_minimum`).
@@ -500,7 +501,7 @@ def _run(model_spec, d, lr, seed, *, steps, m0, e0, start, eta, n_record, max_st
         elif k == 1:
             e = c[:, 0, 1]
         else:
-            e = c[:, 0, 1:] @ spec.pe_root().T
+            e = c[:, 0, 1:]
     final_e = e[-1] if np.ndim(e[-1]) == 0 else np.asarray(e[-1])
     final_e_frame = c[-1, 0, 1:] if spec.kind != "untied" else np.zeros(0)
     minimum = classify_minimum(final_e_frame, m[-1])
