@@ -212,7 +212,7 @@ class GAMPResult(Result):
 
 
 def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A=None,
-             max_iter=200, mixing=0.5, tol=1e-6, V0=1.0, channel="exact", n_test=10_000,
+             max_iter=400, mixing=0.3, tol=1e-6, V0=10.0, channel="exact", n_test=10_000,
              init_scale=None, problem=None, Q0=None, return_weights=False, prox_mode="auto",
              n_global=30):
     """Run GAMP on one seed's data (same teacher/data as :func:`simulate_gd` with that seed).
