@@ -89,8 +89,9 @@ def fig_trajectories(out_dir, quick):
     d = 1000 if quick else 2000
     n_seeds = 6 if quick else 16
     lrs = {1: 0.1, 2: 0.01, 3: 0.5 / math.sqrt(d)}
-    fig, axes = _fig(1, 3, figsize=(13, 3.8))
+    fig, axes = _fig(1, 4, figsize=(17, 3.9))
     numbers = []
+    _trajectory_attention(axes[3], out_dir, quick, numbers)
     for ax, k in zip(axes, (1, 2, 3)):
         expr, act = TARGETS_SIE[k]
         model = _tied(expr, act)
@@ -128,6 +129,40 @@ def fig_trajectories(out_dir, quick):
             how=f"mean |m| of {len(M)} reduced-SGD seeds at t = {t[-1]:.3g} minus the ODE value; "
                 f"tied network L=2, d={d}, gamma={lr:.3g}, m0=1/sqrt(d)"))
     return dict(files=[_save(fig, out_dir, "sgd-trajectories")], numbers=numbers)
+
+
+def _trajectory_attention(ax, out_dir, quick, numbers):
+    """Spec-6 attention model (a = 1, omega = 0.5): e(t) and m(t), ODE vs SGD."""
+    from theory.models import ssi
+
+    a, om, lr = 1.0, 0.5, 0.05
+    d = 5000 if quick else 20_000
+    n_seeds = 6 if quick else 16
+    m0 = e0 = 0.05
+    t_end = 30.0
+    model = ssi.ps_model(a, om)
+    ode = ssi.integrate_ode(model, lr, d, m0=m0, e0=e0, t_max=t_end)
+    res = _runs(out_dir, "traj-attention", model, d, lr, range(n_seeds), quick,
+                steps=int(t_end * d / lr), m0=m0, e0=e0, n_record=120)
+    t = res[0].t
+    for j, key in enumerate(("m", "e")):
+        A = np.array([getattr(r, key) for r in res])
+        mu, se = A.mean(0), A.std(0, ddof=1) / math.sqrt(len(A))
+        sel = np.unique(np.linspace(1, len(t) - 1, 30).astype(int))
+        ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3.5, capsize=2, color=f"C{j}",
+                    label=f"{key}: SGD, mean ± SE of {len(A)} seeds")
+        ax.plot(ode.t, getattr(ode, key), color=f"C{j}", lw=1.8, label=f"{key}: ODE (theory)")
+        numbers.append(dict(
+            name=f"sgd_traj_attention_final_{key}_sim_minus_ode",
+            value=float(mu[-1] - np.interp(t[-1], ode.t, getattr(ode, key))),
+            how=f"mean {key} of {len(A)} reduced-SGD seeds at t={t[-1]:.3g} minus the ODE; "
+                f"attention a=1 omega=0.5 P1=-P2, d={d}, gamma={lr}, (e0, m0)=(0.05, 0.05)"))
+    ax.set_xscale("log")
+    ax.set_xlabel("t = γ ν / d")
+    ax.set_ylabel("overlaps e = p·w/√d, m = w·w*/d")
+    ax.set_title(f"attention, PS target a = {a}, ω = {om}, P1 = −P2\n"
+                 f"d = {d}, γ = {lr}, (e0, m0) = ({e0}, {m0})", fontsize=9)
+    ax.legend(fontsize=7, loc="center left")
 
 
 # =========================================================================== escape times
