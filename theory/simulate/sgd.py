@@ -33,6 +33,9 @@ Implementation note (exact, not an approximation): the target is evaluated outsi
 kernel on a chunk of z* ~ N(0, I_L); the token row is then built as x_l = g_l / sqrt(d) with the
 component of g_l along w*/sqrt(d) replaced by z*_l / sqrt(d).  This has exactly the law of a fresh
 N(0, I/d) row with x_l . w* = z*_l, so any numpy-vectorised target works inside the kernel.
+The d-dimensional Gaussian rows are drawn inside the numba kernel (xoshiro256** + ziggurat,
+seeded from ``seed``; ``_FullState.kernel_rng = False`` feeds numpy-drawn chunks instead).
+Results are reproducible per seed (same seed -> same trajectory, in any process).
 """
 
 from __future__ import annotations
