@@ -234,7 +234,7 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
     "positional" Qhat = 0.2 1_d (m = 0.2, theta ~ 0; spec §4) unless ``init_scale`` is given
     (then Qhat = init_scale 1_d/sqrt(d) as for gradient descent), "random" 0.1 N(0, 1);
     ``V0`` the initial V.  At Qhat ~ 0 the local curvature is negative (Vhat < -lam/sigma^2):
-    GAMP then stops with status "diverged".
+    the update then uses Vhat = 0 (see above).
     """
     sigma, lam, A = check_params(alpha=alpha, omega=omega, d=d, sigma=sigma, lam=lam, A=A)
     if not (0 < mixing <= 1):
@@ -256,7 +256,7 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
     g_prev = np.zeros((data.n, 2))
     x_prev = data.fields(Q)
     hist = {k: [] for k in ("q", "m", "theta", "V", "Vhat", "residual", "stability")}
-    status, it, Vhat, stab = "max_iter", 0, np.nan, np.nan
+    status, it, Vhat, stab, n_clipped = "max_iter", 0, np.nan, np.nan, 0
 
     def record(Q, V, Vhat, res, stab=np.nan):
         ov = overlaps(Q, teacher)
@@ -279,12 +279,18 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
             g = mixing * g + (1 - mixing) * g_prev
         Vhat = -(np.trace(px.jac, axis1=1, axis2=2) - 2).sum() / (V * d)
         dg = (px.jac - np.eye(2)) / V  # d g / d w, (n, 2, 2)
-        if not np.isfinite(Vhat) or lam + s2 * Vhat <= 0:
-            status = "nan" if not np.isfinite(Vhat) else "diverged"
+        if not np.isfinite(Vhat):
+            status = "nan"
             break
-        b = data.backproject(g) + s2 * Vhat * Q
-        Q_new = b / (lam + s2 * Vhat)
-        V_new = s2 / (lam + s2 * Vhat)
+        # Non-convex loss: Vhat can turn negative far from a fixed point.  The update uses
+        # max(Vhat, 0) (V <= sigma^2/lam); any Vhat used consistently in b and in the
+        # denominator keeps the fixed-point property lam Qhat = -grad sum_mu l_mu.
+        if Vhat < 0:
+            n_clipped += 1
+        Vh = max(Vhat, 0.0)
+        b = data.backproject(g) + s2 * Vh * Q
+        Q_new = b / (lam + s2 * Vh)
+        V_new = s2 / (lam + s2 * Vh)
         # replicon (AT-type) stability of the fixed point: GAMP converges only if < 1
         stab = V_new**2 * (dg**2).sum() / d
         res = max(np.linalg.norm(Q_new - Q) / max(np.linalg.norm(Q), 1e-300),
@@ -312,7 +318,7 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         params=dict(alpha=float(alpha), omega=float(omega), d=d, sigma=sigma, lam=lam,
                     A=A.tolist(), init=init, seed=int(seed), mixing=mixing, tol=tol, V0=V0,
                     max_iter=max_iter, channel=channel, prox_mode=prox_mode, n_global=n_global),
-        metadata=dict(method="gamp"),
+        metadata=dict(method="gamp", n_vhat_clipped=n_clipped),
         **ov,
     )
     return (out, Q) if return_weights else out
