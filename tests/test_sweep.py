@@ -207,7 +207,7 @@ def test_killed_sweep_resumes_exactly_once(tmp_path, suffix, workers):
 def dask_cluster():
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                       dashboard_address=None)
+                                       dashboard_address=":0")
     yield cluster
     cluster.close()
 
@@ -252,7 +252,7 @@ def test_dask_process_workers(tmp_path):
     """Real worker processes: the function and results cross a process boundary via pickle."""
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         rows = run_sweep(demo_point, {"x": [0.25, 0.75], "y": [3.0]},
                          out=tmp_path / "dp.csv", scheduler=cluster.scheduler_address,
                          progress=False)
