@@ -3,7 +3,6 @@ exact symmetries, branches, fixed points."""
 
 import math
 
-import numpy as np
 import pytest
 
 from theory.models import positional_semantic as ps
@@ -112,16 +111,18 @@ def test_exact_symmetries_theta_and_m(fp_pos, fp_sem):
     assert abs(fp_sem.metadata["mhat_signed"]) < 1e-9 * abs(fp_sem.thetahat)
 
 
+@pytest.mark.slow
 def test_positional_beats_semantic_at_small_alpha_and_loses_at_large_alpha():
-    # the first-order transition: ε_t(pos) < ε_t(sem) at α = 0.5 and > at α = 3 (ω = 0.3)
+    # the first-order transition: at α = 0.5 the positional branch is the global minimiser (the
+    # semantic one is either absent — it collapses to θ → 0 — or higher in ε_t), at α = 3 the
+    # semantic branch has the lower ε_t (ω = 0.3)
     e = {}
     for a in (0.5, 3.0):
         for b in ("positional", "semantic"):
-            r = ps.fixed_point(a, P, b, rule=COARSE, coarse=False, tol=1e-7)
-            assert r.converged and r.branch == b
-            e[a, b] = r.eps_t
-    assert e[0.5, "positional"] < e[0.5, "semantic"]
-    assert e[3.0, "semantic"] < e[3.0, "positional"]
+            r = ps.fixed_point(a, P, b, rule=COARSE, coarse=False, tol=1e-7, max_iter=150)
+            e[a, b] = r.eps_t if (r.converged and r.branch == b) else math.inf
+    assert math.isfinite(e[0.5, "positional"]) and e[0.5, "positional"] < e[0.5, "semantic"]
+    assert math.isfinite(e[3.0, "semantic"]) and e[3.0, "semantic"] < e[3.0, "positional"]
 
 
 def test_trivial_branch_stays_trivial():
@@ -129,6 +130,7 @@ def test_trivial_branch_stays_trivial():
     assert r.m == 0.0 and r.theta == 0.0 and r.branch == "trivial"
 
 
+@pytest.mark.slow
 def test_damped_iteration_agrees_with_anderson(fp_sem):
     r = ps.fixed_point(2.0, P, "semantic", rule=COARSE, coarse=False, accel="none",
                        mixing=0.5, tol=1e-8, max_iter=400)
