@@ -34,6 +34,10 @@ def _quad_args(p):
     p.add_argument("--nodes", type=int, default=None,
                    help="split: Gauss-Hermite nodes per η component (default 10); gh: nodes "
                         "per dimension (default 14); qmc/mc: number of points")
+    p.add_argument("--n-r", type=int, default=None,
+                   help="split: radial Gauss-Legendre nodes (default 16)")
+    p.add_argument("--n-phi", type=int, default=None,
+                   help="split: scan angles per circle (default 24)")
     p.add_argument("--mixing", type=float, default=0.5,
                    help="damping: weight of the new iterate, in (0, 1] (default 0.5)")
     p.add_argument("--tol", type=float, default=1e-7,
@@ -55,10 +59,15 @@ def _params(args, omega=None):
 
 
 def _fp_kwargs(args):
+    return dict(mixing=args.mixing, tol=args.tol, rule=_rule(args))
+
+
+def _rule(args):
     from theory.models import positional_semantic as ps
 
-    return dict(mixing=args.mixing, tol=args.tol,
-                rule=ps.make_rule(args.method, args.nodes))
+    if args.method == "split":
+        return ps.make_rule("split", args.nodes, n_r=args.n_r, n_phi=args.n_phi)
+    return ps.make_rule(args.method, args.nodes)
 
 
 # --------------------------------------------------------------------------- handlers
@@ -73,7 +82,7 @@ def cmd_fixed_point(args):
     payload = {k: d[k] for k in FP_FIELDS}
     payload.update(alpha=r.alpha, omega=r.omega, branch_init=r.branch_init,
                    theta_over_sigma2=r.theta / p.s2, message=r.message,
-                   quadrature=ps.make_rule(args.method, args.nodes).describe())
+                   quadrature=_rule(args).describe())
     text = "\n".join(f"{k}: {v}" for k, v in payload.items())
     emit(args, payload, text)
     return 0 if r.converged else 1
