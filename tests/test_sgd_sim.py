@@ -216,3 +216,11 @@ def test_in_kernel_rng_chunk_equals_explicit_chunk(head, act, L, kout, untied, B
     np.testing.assert_array_equal(C1, C2)
     assert o1 == o2
     np.testing.assert_array_equal(s1, s2)
+
+
+def test_figures_registry():
+    from theory.plots.sgd import FIGURES
+
+    assert set(FIGURES) == {"sgd-trajectories", "sgd-escape", "sgd-gain", "sgd-pathological",
+                            "sgd-fraction-positional", "sgd-landscape-trajectories"}
+    assert all(callable(f) for f in FIGURES.values())
