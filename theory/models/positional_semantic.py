@@ -447,6 +447,9 @@ DEFAULT_INIT = {
 
 #: |m| or |θ|/σ² below this is "zero" when labelling a fixed point
 LABEL_TOL = 1e-6
+#: during the iteration, θ/σ² (semantic) or |m| (positional) below this means the branch
+#: collapsed onto the trivial one (status "diverged", message says so)
+COLLAPSE = 1e-3
 
 
 def label_branch(m: float, theta: float, params) -> str:
@@ -561,19 +564,33 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
 
     solver = anderson_iteration if accel == "anderson" else damped_iteration
     start = {k: x0[k] for k in keys}
+
+    def stop(Fx, it):
+        # a branch that collapses onto the trivial one does not exist at this α: stop early
+        if it < 15:
+            return None
+        if branch == "semantic" and abs(Fx.get("theta", 1.0)) < COLLAPSE * p.s2:
+            return f"the semantic branch collapsed (theta/sigma^2 < {COLLAPSE:g})"
+        if branch == "positional" and abs(Fx.get("m", 1.0)) < COLLAPSE:
+            return f"the positional branch collapsed (|m| < {COLLAPSE:g})"
+        return None
+
     iters = 0
     if coarse and rule.method == "split" and (rule.n, rule.n_r, rule.n_phi) != (
             SPLIT_COARSE["n"], SPLIT_COARSE["n_r"], SPLIT_COARSE["n_phi"]):
         pre = solver(make_F(make_rule("split", **{k: v for k, v in SPLIT_COARSE.items()
                                                  if k != "n"}, nodes=SPLIT_COARSE["n"])),
                      start, mixing=mixing, tol=max(tol, 1e-5), max_iter=max_iter,
-                     keep_history=keep_history)
+                     keep_history=keep_history, stop=stop)
         iters += pre.iterations
         if pre.status == "converged":
             start = dict(pre.x)
-    out = solver(make_F(rule), start, mixing=mixing, tol=tol, max_iter=max_iter,
-                 keep_history=keep_history)
-    out.iterations += iters
+    if iters and pre.status == "diverged":
+        out = pre
+    else:
+        out = solver(make_F(rule), start, mixing=mixing, tol=tol, max_iter=max_iter,
+                     keep_history=keep_history, stop=stop)
+        out.iterations += iters
     if out.Fx:
         out.Fx = _enforce(branch, p, dict(q=out.Fx["q"], V=out.Fx["V"], m=out.Fx.get("m", 0.0),
                                           theta=out.Fx.get("theta", 0.0)))

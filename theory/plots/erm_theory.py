@@ -106,13 +106,15 @@ def _fig_phase(out_dir: Path, quick: bool):
     t0 = time.time()
     if quick:
         omegas = [0.3]
-        alphas = np.array([0.5, 1.0, 1.5, 2.0, 3.0])
-        rule = ps.make_rule("split", 6, n_r=10, n_phi=12)
+        alphas = np.array([1.0, 1.5, 2.0, 3.0])
+        rule = ps.make_rule("split", 6, n_r=12, n_phi=24)
+        xtol = 1e-2
     else:
         omegas = list(np.linspace(0.1, 0.5, 9))
         alphas = np.geomspace(0.25, 4.0, 12)
         rule = ps.make_rule("split")
-    rows = ps.phase_diagram(omegas, p, alphas=alphas, rule=rule)
+        xtol = 1e-4
+    rows = ps.phase_diagram(omegas, p, alphas=alphas, rule=rule, xtol=xtol)
     out_dir = Path(out_dir)
     files = [plot_phase_diagram(rows, p, out_dir / "erm-phase-diagram-theory.png")]
     import csv
@@ -124,7 +126,7 @@ def _fig_phase(out_dir: Path, quick: bool):
     w.writerows(rows)
     files.append(atomic_write_text(out_dir / "erm-phase-diagram-theory.csv", buf.getvalue()))
     how = (f"replica fixed points, split quadrature {rule.describe()}, bracket on α grid "
-           f"{np.round(alphas, 3).tolist()} + Brent (xtol 1e-4); {time.time() - t0:.0f} s")
+           f"{np.round(alphas, 3).tolist()} + Brent (xtol {xtol:g}); {time.time() - t0:.0f} s")
     numbers = []
     for r in rows:
         numbers.append(dict(name=f"alpha_c(omega={r['omega']:.3g})", value=r["alpha_c"], how=how))

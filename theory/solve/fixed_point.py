@@ -44,6 +44,7 @@ def damped_iteration(
     min_mixing: float = 1e-3,
     bound: float = 1e8,
     keep_history: bool = True,
+    stop: Callable[[dict, int], str | None] | None = None,
 ) -> FixedPointOutcome:
     """Iterate ``x ← (1 - mixing) x + mixing F(x)``.
 
@@ -89,6 +90,9 @@ def damped_iteration(
         if any(abs(v) > bound for v in Fx.values()):
             return FixedPointOutcome(x, Fx, "diverged", it, res, "order parameters diverged",
                                      hist, aux)
+        why = stop(Fx, it) if stop is not None else None
+        if why:
+            return FixedPointOutcome(x, Fx, "diverged", it, res, why, hist, aux)
         grow = grow + 1 if res > prev_res else 0
         if grow >= 3 and mixing / 2 >= min_mixing:
             mixing /= 2
@@ -113,6 +117,7 @@ def anderson_iteration(
     keep_history: bool = True,
     start_below: float = 0.05,
     max_step: float = 0.5,
+    stop: Callable[[dict, int], str | None] | None = None,
 ) -> FixedPointOutcome:
     """Anderson-accelerated damped iteration (type II, ``depth`` previous residuals).
 
@@ -173,6 +178,9 @@ def anderson_iteration(
         if np.any(np.abs(fx) > bound):
             return FixedPointOutcome(xd, Fd, "diverged", it, res, "order parameters diverged",
                                      hist, aux)
+        why = stop(Fd, it) if stop is not None else None
+        if why:
+            return FixedPointOutcome(xd, Fd, "diverged", it, res, why, hist, aux)
         if res > 10 * best[0] and len(X) > 0:
             X.clear()
             R.clear()
