@@ -287,7 +287,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     t0 = time.perf_counter()
     if quick:
         d, seeds, alphas_sim = 200, [0, 1], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
-        alphas_th = np.linspace(0.25, 3.0, 12)
+        alphas_th = np.linspace(0.5, 3.0, 6)
     else:
         d, seeds, alphas_sim = 1000, list(range(5)), list(np.arange(0.25, 3.01, 0.25))
         alphas_th = np.linspace(0.1, 3.0, 30)
@@ -387,7 +387,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
         d, seeds = 100, [0]
         omegas, alphas = [0.1, 0.3, 0.5, 0.7], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
         # theory grid shared with erm-omega03 (cached fixed points are reused)
-        omegas_th, alphas_th = [0.1, 0.3, 0.5], np.linspace(0.25, 3.0, 12)[1::2]
+        omegas_th, alphas_th = [0.1, 0.3, 0.5], np.linspace(0.5, 3.0, 6)
     else:
         d, seeds = 500, [0, 1]
         omegas, alphas = list(np.linspace(0.0, 0.8, 9)), list(np.arange(0.25, 4.01, 0.25))
