@@ -107,8 +107,17 @@ def test_phi_is_stationary_at_the_fixed_point(which, request):
 def test_exact_symmetries_theta_and_m(fp_pos, fp_sem):
     # θ = 0 is invariant on the positional branch (T even in h*): θ̂ vanishes to round-off;
     # m = 0 is invariant on the semantic branch for A_11 = A_22: m̂ vanishes to round-off.
-    assert abs(fp_pos.metadata["thetahat_signed"]) < 1e-12 * fp_pos.qhat + 1e-16
-    assert abs(fp_sem.metadata["mhat_signed"]) < 1e-9 * abs(fp_sem.thetahat)
+    # Computed on the full η grid (symmetry=False: nothing imposed).
+    r = fp_pos
+    ch = ps.channel(r.q, r.m, 0.0, r.V, P, COARSE, symmetry=False)
+    h = ps.hats_from_channel(r.alpha, r.q, r.m, 0.0, r.V, ch, P)
+    assert abs(h["thetahat"]) < 1e-10 * abs(h["mhat"])
+    assert h["Vhat"] == pytest.approx(r.Vhat, rel=1e-9)  # the symmetric shortcut is exact
+    r = fp_sem
+    ch = ps.channel(r.q, 0.0, r.theta, r.V, P, COARSE, symmetry=False)
+    h = ps.hats_from_channel(r.alpha, r.q, 0.0, r.theta, r.V, ch, P)
+    assert abs(h["mhat"]) < 1e-8 * abs(h["thetahat"])
+    assert h["Vhat"] == pytest.approx(r.Vhat, rel=1e-9)
 
 
 @pytest.mark.slow

@@ -658,13 +658,19 @@ def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a
 
 @numba.njit(cache=True, parallel=True)
 def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta, V, rho, s2,
-               omega, a11, a22, want_jac, max_depth, nthreads):
+               omega, a11, a22, want_jac, max_depth, nthreads, sym):
     """Channel sums (same layout as ``channel_sums``) with the jump-splitting polar rule.
 
     eta_x, eta_w / eta2_x, eta2_w: 1-D rules for η_1 / η_2 (tensor product is formed here);
     r_x, r_w: Gauss-Legendre nodes/weights for the radius on [0, R]; glx, glw: G-point
     Gauss-Legendre on [-1, 1] for each angular arc; K: scan angles per circle.
-    stats: [number of jumps located, number of unverified jumps].
+    stats: [number of jumps located, number of unresolved basin changes, bisection midpoints,
+    maximal depth].
+    sym: exploit the exact η → -η symmetry (requires a symmetric η rule with an even number of
+    nodes, eta2 = eta): 1 when θ = 0 (positional: the circle at -η equals the one at η, the
+    η-odd sums vanish), 2 when m = 0 (semantic: the circle at -η is the one at η turned by π
+    with x̂ → -x̂, the s·g sum vanishes), 3 when both; 0 = no symmetry.  Only half of the η
+    nodes are computed, with doubled weights, and the odd sums are set to 0.
     """
     sq = math.sqrt(q)
     a = theta / sq
@@ -675,7 +681,12 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
     ne = eta_x.shape[0]
     ne2 = eta2_x.shape[0]
     nr = r_x.shape[0]
-    ncirc = ne * ne2 * nr
+    ne_run = ne
+    wsym = 1.0
+    if sym != 0 and ne % 2 == 0:
+        ne_run = ne // 2
+        wsym = 2.0
+    ncirc = ne_run * ne2 * nr
     part = np.zeros((nthreads, N_CHANNEL + 4))
     chunk = (ncirc + nthreads - 1) // nthreads
     for th in numba.prange(nthreads):
@@ -689,7 +700,7 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
             i2 = ij % ne2
             i1 = ij // ne2
             r = r_x[ir]
-            wbase = eta_w[i1] * eta2_w[i2] * r_w[ir] * r
+            wbase = wsym * eta_w[i1] * eta2_w[i2] * r_w[ir] * r
             # total weight of the circle is at most wbase * exp(-(r - |ξ_0|)²/2): resolve jumps
             # fully only where it matters at the 1e-9 level
             dr = r - r0
@@ -707,4 +718,10 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
     for th in range(nthreads):
         for k in range(N_CHANNEL + 4):
             out[k] += part[th, k]
+    if wsym == 2.0:
+        if sym == 1 or sym == 3:
+            out[C_GETA] = 0.0
+            out[C_TRJH] = 0.0
+        if sym == 2 or sym == 3:
+            out[C_SG] = 0.0
     return out
