@@ -300,3 +300,13 @@ def test_ps_tables_disk_cache_round_trip(tmp_path, monkeypatch):
             assert built.K(e, m, 0.6, A) == loaded.K(e, m, 0.6, A)
     finally:
         ssi.ps_tables.cache_clear()
+
+
+def test_ps_fast_point_equals_table_evaluation():
+    tb = ssi.ps_tables()
+    A = ssi.positional_matrix(0.9)
+    for e, m in [(0.3, 0.2), (-0.8, 0.5), (0.0, 1.0)]:
+        v = tb.eval(e, m, 0.6, A, second=False)
+        R, Re, Rm, K = tb.fast_point(e, m, 0.6, A)
+        assert (R, Re, Rm) == pytest.approx((v["R"], v["Re"], v["Rm"]), abs=1e-13)
+        assert K == pytest.approx(tb.K(e, m, 0.6, A), abs=1e-13)

@@ -332,11 +332,9 @@ class _Model:
         tg = self.target
         e = 0.5 * float(e_raw[0] - e_raw[1])
         m = float(np.mean(mv))
-        v = self._ps.eval(e, m, tg.omega, tg.A, second=False)
-        out = dict(R=v["R"], dRde=np.array([0.5, -0.5]) * v["Re"],
-                   dRdm=np.full(2, 0.5 * v["Rm"]))
-        out["K"] = np.full(2, 0.5 * self._ps.K(e, m, tg.omega, tg.A))
-        return out
+        R, Re, Rm, K = self._ps.fast_point(e, m, tg.omega, tg.A)
+        return dict(R=R, dRde=np.array([0.5, -0.5]) * Re, dRdm=np.full(2, 0.5 * Rm),
+                    K=np.full(2, 0.5 * K))
 
     # ---- quad engine
     def _init_quad(self):
@@ -1317,24 +1315,60 @@ class PSTables:
             pw = j * (j - 1) * m[None] ** np.clip(j - 2, 0, None) * (j >= 2)
         return np.sum(cj * pw, axis=0)
 
+    def fast_point(self, e, m, omega, A):
+        """(R, dR/de, dR/dm, K) at one scalar point: one Chebyshev basis evaluation shared by
+        every table (same numbers as :meth:`eval` and :meth:`K`; used by the ODE)."""
+        C = self.C
+        st = self.__dict__.get("_stack")
+        if st is None:
+            dc = C.chebder(self.c, 1, axis=0)
+            dF1 = C.chebder(self.F1, 1, axis=0)
+            dF2 = C.chebder(self.F2, 1, axis=0)
+            cols = [self.c, dc, self.F1, dF1, self.F2[:, None], dF2[:, None], self.Ktab]
+            # pad derivative tables to the same number of rows
+            nr = self.c.shape[0]
+            cols = [np.vstack([x, np.zeros((nr - x.shape[0], x.shape[1]))]) for x in cols]
+            st = np.hstack(cols)
+            self._stack = st
+        nr = st.shape[0]
+        v = C.chebvander(float(e), nr - 1)[0] @ st
+        k1 = self.kmax + 1
+        c, dc = v[:k1], v[k1:2 * k1]
+        F1, dF1 = v[2 * k1:2 * k1 + 4], v[2 * k1 + 4:2 * k1 + 8]
+        F2, dF2 = v[2 * k1 + 8], v[2 * k1 + 9]
+        kt = v[2 * k1 + 10:]
+        A4 = np.asarray(A, float).ravel()
+        j = np.arange(k1)
+        mp = float(m) ** j
+        mp1 = j * float(m) ** np.clip(j - 1, 0, None)
+        w1 = 2 * (1 - omega)
+        egg = ((1 - omega) ** 2 * self.ESS + 2 * omega * (1 - omega) * float(self.ES.ravel() @ A4)
+               + omega**2 * float(A4 @ A4))
+        R = egg + F2 - w1 * (c @ mp) - 2 * omega * (A4 @ F1)
+        Re = dF2 - w1 * (dc @ mp) - 2 * omega * (A4 @ dF1)
+        Rm = -w1 * (c @ mp1)
+        return float(R), float(Re), float(Rm), self._K_from(kt, m, omega, A4)
+
+    def _K_from(self, v, m, omega, A4):
+        kk = self.kk
+        K1, K2, K3 = v[: kk + 1], v[kk + 1: 5 * (kk + 1)].reshape(kk + 1, 4), \
+            v[5 * (kk + 1): 6 * (kk + 1)]
+        rest = v[6 * (kk + 1):]
+        EQ, ET, EV = rest[:16].reshape(4, 4), rest[16:20], rest[20]
+        pw = float(m) ** np.arange(kk + 1)
+        w = omega
+        val = ((1 - w) ** 2 * (pw @ K1) + 2 * (1 - w) * (w * (pw @ K2 @ A4) - pw @ K3)
+               + w**2 * A4 @ EQ @ A4 - 2 * w * (A4 @ ET) + EV)
+        return 4.0 * float(val)
+
     def K(self, e, m, omega, A):
         """K(e, m) = E sum_l (dl/dz_l)^2 of the spec-6 model by Mehler's formula (order
         PS_KMAX_K): with D_l = df/dz_l, Q_ab = sum_l D_la D_lb, T_a = sum_l D_la (f.D_l),
         V = sum_l (f.D_l)^2,
         K/4 = (1-w)^2 E[S_a S_b(xi) Q_ab(z)] + 2 (1-w) (w A_b E[S_a(xi) Q_ab(z)] - E[S_a T_a])
               + w^2 A.E[Q].A - 2 w A.E[T] + E[V]."""
-        kk = self.kk
-        v = self.C.chebval(float(e), self.Ktab)
-        K1, K2, K3 = v[: kk + 1], v[kk + 1: 5 * (kk + 1)].reshape(kk + 1, 4), \
-            v[5 * (kk + 1): 6 * (kk + 1)]
-        rest = v[6 * (kk + 1):]
-        EQ, ET, EV = rest[:16].reshape(4, 4), rest[16:20], rest[20]
-        A4 = np.asarray(A, float).ravel()
-        pw = float(m) ** np.arange(kk + 1)
-        w = omega
-        val = ((1 - w) ** 2 * (pw @ K1) + 2 * (1 - w) * (w * (pw @ K2 @ A4) - pw @ K3)
-               + w**2 * A4 @ EQ @ A4 - 2 * w * (A4 @ ET) + EV)
-        return 4.0 * float(val)
+        return self._K_from(self.C.chebval(float(e), self.Ktab), m, omega,
+                            np.asarray(A, float).ravel())
 
     def eval(self, e, m, omega, A, second=True):
         """R, dR/de (reduced e), dR/dm and (``second``) the second derivatives of the spec-6
