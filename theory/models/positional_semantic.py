@@ -523,8 +523,9 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     Iteration: ``mixing`` = weight on the new iterate; ``accel="anderson"`` (default) adds
     Anderson acceleration to the damped iteration, ``accel="none"`` is the plain damped
     iteration.  Convergence: the UNDAMPED map's relative change per order parameter < ``tol``.
-    With ``coarse=True`` and the split rule, the iteration first converges (to 1e-5) on the
-    coarse split rule ``SPLIT_COARSE`` and then continues on the requested rule.
+    With ``coarse=True`` and a split rule more than twice as costly as ``SPLIT_COARSE``, the
+    iteration first converges (to 1e-5) on the coarse rule and then continues on the requested
+    one.
     Quadrature: ``method`` ("split" default, "gh", "qmc", "mc") and ``nodes`` (see
     :func:`make_rule`), or a prebuilt ``rule``.
     """
@@ -583,8 +584,9 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         return None
 
     iters = 0
-    if coarse and rule.method == "split" and (rule.n, rule.n_r, rule.n_phi) != (
-            SPLIT_COARSE["n"], SPLIT_COARSE["n_r"], SPLIT_COARSE["n_phi"]):
+    cost = rule.n * rule.n * rule.n_r * rule.n_phi
+    coarse_cost = SPLIT_COARSE["n"] ** 2 * SPLIT_COARSE["n_r"] * SPLIT_COARSE["n_phi"]
+    if coarse and rule.method == "split" and cost > 2 * coarse_cost:
         pre = solver(make_F(make_rule("split", **{k: v for k, v in SPLIT_COARSE.items()
                                                  if k != "n"}, nodes=SPLIT_COARSE["n"])),
                      start, mixing=mixing, tol=max(tol, 1e-5), max_iter=max_iter,
