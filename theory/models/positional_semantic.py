@@ -446,6 +446,8 @@ def phi_at(alpha, overlaps: dict, hats: dict, params, rule: Rule) -> float:
     return free_energy(alpha, overlaps, hats, ch["M"], params)
 
 
+#: cold-start initialisations (spec §4: semantic m ≈ 0, θ ≈ 0.35, q ≈ 0.9; positional θ = 0,
+#: m ≈ 0.2)
 DEFAULT_INIT = {
     "semantic": dict(q=0.9, m=0.0, theta=0.35, V=1.0),
     "positional": dict(q=0.1, m=0.4, theta=0.0, V=1.0),
