@@ -187,3 +187,55 @@ def test_cli(fake, capsys):
     assert "failed" in capsys.readouterr().out
     assert main(["reproduce", "nope", "--out", out, "--no-progress"]) == 2
     assert "no figure called" in capsys.readouterr().err
+
+
+SLOW = textwrap.dedent('''
+    import time
+    from pathlib import Path
+
+
+    def quick_one(out_dir, quick):
+        p = Path(out_dir) / "one.png"
+        p.write_bytes(b"1")
+        return dict(files=[p], numbers=[dict(name="first", value=1.5, how="instant")])
+
+
+    def slow_one(out_dir, quick):
+        (Path(out_dir) / "slow-started").write_text("")
+        time.sleep(120)
+        return dict(files=[], numbers=[])
+
+
+    FIGURES = {"quick-one": quick_one, "slow-one": slow_one}
+''')
+
+
+def test_sigterm_keeps_finished_pieces(tmp_path):
+    """A run stopped by SIGTERM writes SUMMARY.md with what finished; a rerun reuses it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    name = f"slow_figs_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(SLOW)
+    out = tmp_path / "figs"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
+    cmd = [sys.executable, "-m", "theory", "reproduce", "--module", name, "--out", str(out),
+           "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.time()
+    while not (out / "slow-started").exists():
+        assert time.time() - t0 < 60 and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    summary = (out / "SUMMARY.md").read_text()
+    assert "| quick-one | first | 1.5 | instant |" in summary
+    assert "| slow-one |" in summary and "not run" in summary
+    # the finished piece is cached: --list shows it
+    res = subprocess.run(cmd[:-1] + ["--list", "--json"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    listed = {r["name"]: r["cached"] for r in json.loads(res.stdout)["figures"]}
+    assert listed == {"quick-one": True, "slow-one": False}

@@ -28,6 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=1,
                    help="run up to N figures at the same time in separate processes (default 1)")
     p.add_argument("--force", action="store_true", help="ignore the cache and recompute")
+    p.add_argument("--module", action="append", dest="modules", metavar="MOD", default=None,
+                   help="scan this importable module for a FIGURES dict instead of the "
+                   "package's figure modules (repeatable; for your own figures)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_json(p)
     p.set_defaults(func=_handle)
@@ -37,7 +40,7 @@ def _handle(args) -> int:
     from theory.reproduce import list_pieces, run_reproduce
 
     if args.list:
-        rows, missing = list_pieces(args.out, args.quick)
+        rows, missing = list_pieces(args.out, args.quick, modules=args.modules)
         mode = "quick" if args.quick else "full"
         lines = [f"{len(rows)} figure(s) available ({mode} cache in {args.out}/.cache):"]
         for r in rows:
@@ -48,8 +51,18 @@ def _handle(args) -> int:
             lines += [f"  {m}: {why}" for m, why in missing.items()]
         emit(args, {"figures": rows, "missing": missing}, "\n".join(lines))
         return 0
-    report = run_reproduce(args.names, out=args.out, quick=args.quick, workers=args.workers,
-                           force=args.force, progress=not args.no_progress)
+    import signal
+
+    def _term(signum, frame):  # SIGTERM: stop like Ctrl-C, so SUMMARY.md lists what finished
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _term)
+    try:
+        report = run_reproduce(args.names, out=args.out, quick=args.quick,
+                               workers=args.workers, force=args.force,
+                               progress=not args.no_progress, modules=args.modules)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     counts = {}
     for o in report.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
