@@ -602,6 +602,15 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         out = solver(make_F(rule), start, mixing=mixing, tol=tol, max_iter=max_iter,
                      keep_history=keep_history, stop=stop)
         out.iterations += iters
+        if out.status == "max_iter" and accel == "anderson":
+            # Anderson can lock into a cycle where the map is rough: fall back to the plain
+            # damped iteration with half the mixing from the last iterate
+            n0 = out.iterations
+            out = damped_iteration(make_F(rule), dict(out.x), mixing=mixing / 2, tol=tol,
+                                   max_iter=max_iter, keep_history=keep_history, stop=stop)
+            out.iterations += n0
+            note = "Anderson did not converge, finished with the damped iteration"
+            out.message = f"{out.message}; {note}" if out.message else note
     if out.Fx:
         out.Fx = _enforce(branch, p, dict(q=out.Fx["q"], V=out.Fx["V"], m=out.Fx.get("m", 0.0),
                                           theta=out.Fx.get("theta", 0.0)))
