@@ -192,8 +192,13 @@ def quick_theory_kw() -> dict:
     return {}
 
 
-def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, **kw):
-    """E1's fixed points along ``alphas`` (warm start from the previous point); rows (dicts).
+def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, warm=False, **kw):
+    """E1's fixed points along ``alphas``; rows (dicts).
+
+    Each point starts from the theory module's default initialisation of ``branch`` (robust
+    to a coarse alpha grid); ``warm=True`` starts from the previous point instead (faster on a
+    fine grid, but a warm start across a coarse step was seen to land on a spurious
+    positional fixed point with m ~ 0.43 at alpha = 1 with the coarse quadrature).
 
     Points whose solver did not converge or whose branch label differs from ``branch`` are
     kept with their status/branch so the caller can drop them.
@@ -202,7 +207,8 @@ def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, **kw):
 
     cache = kw.pop("cache", None)
     rule = kw.get("rule")
-    tag = json.dumps(rule.describe() if rule is not None else {}, sort_keys=True)
+    tag = json.dumps(dict(rule.describe() if rule is not None else {}, warm=bool(warm)),
+                     sort_keys=True)
     params = ps.ERMParams(sigma=sigma, lam=lam, omega=omega)
     rows, init = [], None
     for a in alphas:
@@ -224,7 +230,8 @@ def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, **kw):
                 cache.put(row)
         rows.append(row)
         ok = row.get("status") in ("converged", "ok")
-        init = dict(q=row["q"], m=row["m"], theta=row["theta"], V=row["V"]) if ok else None
+        init = dict(q=row["q"], m=row["m"], theta=row["theta"], V=row["V"]) if ok and warm \
+            else None
     return rows
 
 
@@ -387,7 +394,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
         d, seeds = 100, [0]
         omegas, alphas = [0.1, 0.3, 0.5, 0.7], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
         # theory grid shared with erm-omega03 (cached fixed points are reused)
-        omegas_th, alphas_th = [0.1, 0.3, 0.5], np.linspace(0.5, 3.0, 6)
+        omegas_th, alphas_th = [0.3, 0.1, 0.5], np.linspace(0.5, 3.0, 6)
     else:
         d, seeds = 500, [0, 1]
         omegas, alphas = list(np.linspace(0.0, 0.8, 9)), list(np.arange(0.25, 4.01, 0.25))
@@ -396,8 +403,13 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     kw = quick_theory_kw() if quick else {}
     if theory_nodes is not None:
         kw = dict(nodes=theory_nodes)
-    lines, th_err = [], None
+    lines, th_err, skipped = [], None, []
+    budget = 900.0 if quick else math.inf  # seconds of theory in quick mode
+    t_th = time.perf_counter()
     for w in omegas_th:
+        if time.perf_counter() - t_th > budget:
+            skipped.append(w)
+            continue
         try:
             th = theory_transition(alphas_th, w, cache=TheoryCache(out_dir / THEORY_CACHE_NAME),
                                    **kw)
@@ -412,7 +424,8 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     fig.colorbar(pc, ax=ax, label=rf"simulated $\Delta\varepsilon_t$ (d={d}, {len(seeds)} seed(s))")
     for idx, style, name in ((1, "k-o", r"$\alpha_c(\omega)$ theory"),
                              (2, "k--s", r"$\alpha_l(\omega)$ theory")):
-        pts = [(ln[idx], ln[0]) for ln in lines if ln[idx] is not None]
+        pts = sorted((ln[idx], ln[0]) for ln in lines if ln[idx] is not None)
+        pts = [(a, w) for w, a in sorted((w, a) for a, w in pts)]
         if pts:
             ax.plot(*zip(*pts), style, ms=4, lw=1.5, label=name)
     ax.set_xlabel(r"$\alpha = n/d$")
@@ -422,6 +435,8 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
              "lower, blue = semantic lower")
     if th_err:
         title += f"\nTHEORY UNAVAILABLE: {th_err[:80]}"
+    if skipped:
+        title += f"\n(quick mode: theory lines for omega={skipped} skipped, time budget)"
     ax.set_title(title, fontsize=8)
     fig.tight_layout()
     path = atomic_savefig(fig, out_dir / "erm-phase-diagram.png", dpi=120)
