@@ -394,7 +394,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
         d, seeds = 100, [0]
         omegas, alphas = [0.1, 0.3, 0.5, 0.7], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
         # theory grid shared with erm-omega03 (cached fixed points are reused)
-        omegas_th, alphas_th = [0.3, 0.1, 0.5], np.linspace(0.5, 3.0, 6)
+        omegas_th, alphas_th = [0.1, 0.3, 0.5], np.linspace(0.5, 3.0, 6)
     else:
         d, seeds = 500, [0, 1]
         omegas, alphas = list(np.linspace(0.0, 0.8, 9)), list(np.arange(0.25, 4.01, 0.25))
