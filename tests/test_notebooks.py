@@ -97,7 +97,12 @@ def _missing(modules):
     return out
 
 
-@pytest.mark.parametrize("name", list(NOTEBOOKS))
+# the ERM notebook solves replica fixed points (seconds each even with the coarse quick rule)
+SLOW = {"02-erm-phase-transition.ipynb"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in NOTEBOOKS])
 def test_notebook_executes(name, kernel_name, tmp_path):
     missing = _missing(NOTEBOOKS[name])
     if missing:
