@@ -49,7 +49,7 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, needle):
 def test_curve_writes_csv_with_both_branches_global_and_baseline(tmp_path, capsys):
     out = tmp_path / "c.csv"
     # a deliberately tiny split rule (contract test, not accuracy)
-    code, d = run_json(capsys, ["erm", "curve", "--omega", "0.3", "--alphas", "1:2:2",
+    code, d = run_json(capsys, ["erm", "curve", "--omega", "0.3", "--alphas", "2",
                                 "--nodes", "4", "--n-r", "8", "--n-phi", "16", "--tol", "1e-5",
                                 "--out", str(out), "--json"])
     assert code in (0, None)
@@ -60,7 +60,7 @@ def test_curve_writes_csv_with_both_branches_global_and_baseline(tmp_path, capsy
     assert float(base[0]["eps_g"]) == pytest.approx(ps.linear_baseline(ps.ERMParams()), rel=1e-12)
     assert d["eps_g_lin"] == pytest.approx(float(base[0]["eps_g"]), rel=1e-12)
     # the global minimiser is the lower-ε_t branch among the converged, correctly labelled ones
-    for a in ("1.0", "2.0"):
+    for a in ("2.0",):
         valid = [float(r["eps_t"]) for r in rows if r["alpha"] == a
                  and r["kind"] in ("semantic", "positional") and r["branch"] == r["kind"]
                  and r["status"] == "converged"]
