@@ -16,7 +16,8 @@ def register(subparsers) -> None:
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="quick", action="store_true", default=True,
-                      help="reduced sizes, about 10 minutes on 2 cores (default)")
+                      help="reduced sizes that keep the results meaningful (default; "
+                      "target: 10 minutes on 2 cores)")
     mode.add_argument("--full", dest="quick", action="store_false",
                       help="the papers' sizes (hours)")
     p.add_argument("names", nargs="*", metavar="NAME",

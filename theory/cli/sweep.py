@@ -48,7 +48,8 @@ def register(subparsers) -> None:
         for opt, (typ, default, helptext) in entry.options.items():
             sp.add_argument(f"--{opt}", dest=f"opt_{opt}", type=typ, default=default,
                             metavar=opt.upper(),
-                            help=f"{helptext} (default: {default})")
+                            help=helptext if default is None
+                            else f"{helptext} (default: {default})")
         _add_common(sp)
         sp.set_defaults(func=_handle, sweep_entry=name)
 
