@@ -456,9 +456,9 @@ DEFAULT_INIT = {
 
 #: |m| or |θ|/σ² below this is "zero" when labelling a fixed point
 LABEL_TOL = 1e-6
-#: during the iteration, θ/σ² (semantic) or |m| (positional) below this means the branch
-#: collapsed onto the trivial one (status "diverged", message says so)
-COLLAPSE = 1e-3
+#: during the iteration, θ/σ² (semantic) or |m| (positional) below this and still decreasing
+#: means the branch collapsed onto the trivial one (status "diverged", message says so)
+COLLAPSE = 2e-2
 
 
 def label_branch(m: float, theta: float, params) -> str:
@@ -575,14 +575,23 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     solver = anderson_iteration if accel == "anderson" else damped_iteration
     start = {k: x0[k] for k in keys}
 
+    trace = []
+
     def stop(Fx, it):
-        # a branch that collapses onto the trivial one does not exist at this α: stop early
-        if it < 15:
+        # a branch that collapses onto the trivial one does not exist at this α: stop early when
+        # its order parameter (θ/σ² or |m|) is small AND has decreased at every one of the last
+        # 15 iterations (a cold start can pass through m ≈ 0 transiently)
+        if branch == "semantic":
+            v = abs(Fx.get("theta", 1.0)) / p.s2
+        elif branch == "positional":
+            v = abs(Fx.get("m", 1.0))
+        else:
             return None
-        if branch == "semantic" and abs(Fx.get("theta", 1.0)) < COLLAPSE * p.s2:
-            return f"the semantic branch collapsed (theta/sigma^2 < {COLLAPSE:g})"
-        if branch == "positional" and abs(Fx.get("m", 1.0)) < COLLAPSE:
-            return f"the positional branch collapsed (|m| < {COLLAPSE:g})"
+        trace.append(v)
+        last = trace[-16:]
+        if len(last) == 16 and v < COLLAPSE and all(b < a for a, b in zip(last, last[1:])):
+            return f"the {branch} branch collapsed onto the trivial one (order parameter " \
+                   f"{v:.2e} < {COLLAPSE:g}, decreasing for 15 iterations)"
         return None
 
     iters = 0
