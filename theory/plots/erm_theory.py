@@ -106,7 +106,7 @@ def _fig_phase(out_dir: Path, quick: bool):
     t0 = time.time()
     if quick:
         omegas = [0.3]
-        alphas = np.array([1.0, 1.5, 2.0, 3.0])
+        alphas = np.array([1.0, 1.25, 1.5, 2.0])
         rule = ps.make_rule("split", 6, n_r=12, n_phi=24)
         xtol = 1e-2
     else:
