@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from theory.cli._common import add_json, emit
 
 
@@ -58,12 +60,19 @@ def _handle(args) -> int:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, _term)
+    saved_tqdm = os.environ.get("TQDM_DISABLE")
+    if args.no_progress:  # also silence the progress bars inside the pieces (tqdm >= 4.66)
+        os.environ["TQDM_DISABLE"] = "1"
     try:
         report = run_reproduce(args.names, out=args.out, quick=args.quick,
                                workers=args.workers, force=args.force,
                                progress=not args.no_progress, modules=args.modules)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if saved_tqdm is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = saved_tqdm
     counts = {}
     for o in report.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
