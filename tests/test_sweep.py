@@ -259,3 +259,28 @@ def test_dask_process_workers(tmp_path):
     assert [(r["f"], r["g"]) for r in rows] == [expected_demo(0.25, 3.0),
                                                 expected_demo(0.75, 3.0)]
     assert all(r["pid"] != os.getpid() for r in rows)
+
+
+def test_registry_entries_are_wired(tmp_path, capsys):
+    """The registered sweeps call the areas' public functions (cheap ones only here)."""
+    from theory.cli import main
+    from theory.sweep import SWEEPABLE
+
+    assert {"demo", "erm-fixed-point", "erm-transition", "sgd-ode", "sgd-boundaries",
+            "sie"} <= set(SWEEPABLE)
+    pytest.importorskip("theory.hermite")
+    out = tmp_path / "sie.csv"
+    assert main(["sweep", "sie", "--targets", "He2(z1)+He2(z2)+He2(z3);z1-z2", "--out", str(out),
+                 "--workers", "1", "--no-progress", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    # closed forms: C_2 = I_3 -> contraction 3, op norm 1, gain L^2 = 9; z1 - z2 -> tied stuck
+    assert rows[0]["sie"] == 2 and rows[0]["gain_optimal"] == pytest.approx(9.0)
+    assert rows[1]["sie"] == 1 and rows[1]["tied_learnable"] is False
+    pytest.importorskip("theory.models.ssi")
+    from theory.models import ssi
+
+    rows = run_sweep(SWEEPABLE["sgd-boundaries"].fn, {"a": [1.0]}, workers=1, progress=False)
+    direct = ssi.boundaries(1.0)
+    for k, v in rows[0].items():
+        if k.startswith("omega_"):
+            assert v == direct[k]

@@ -580,6 +580,26 @@ def erm_fixed_point_point(alpha: float, omega: float, branch: str = "semantic",
     return {k: row.get(k) for k in keep if k in row}
 
 
+def erm_transition_point(omega: float, sigma: float | None = None,
+                         lam: float | None = None) -> dict:
+    """α_c(ω) and α_l(ω) of the positional–semantic ERM model (one point of the phase diagram)."""
+    from theory.models import positional_semantic as ps
+
+    kw = {k: v for k, v in (("omega", omega), ("sigma", sigma), ("lam", lam)) if v is not None}
+    row = _as_row(ps.transition(ps.ERMParams(**kw)))
+    keep = ("alpha_c", "alpha_l", "eps_g_lin", "eps_g_sem_at_alpha_c", "eps_g_pos_at_alpha_c",
+            "alpha_l_branch", "status", "message")
+    return {k: row.get(k) for k in keep if k in row}
+
+
+def sgd_boundaries_point(a: float) -> dict:
+    """ω values where the spec-6 SGD regimes switch on the line a = const."""
+    from theory.models import ssi
+
+    out = ssi.boundaries(a)
+    return {k: v for k, v in out.items() if k.startswith("omega_")}
+
+
 def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_000) -> dict:
     """(e, m) ODE of the spec-6 positional–semantic SGD model from the default small start:
     escape time and the minimum reached."""
@@ -617,6 +637,20 @@ SWEEPABLE: dict[str, Sweepable] = {
                  "lam": (float, None, "ridge λ (default: the model's)")},
         help="replica fixed point of the positional–semantic ERM model at each (α, ω)",
         requires="theory.models.positional_semantic",
+    ),
+    "erm-transition": Sweepable(
+        "erm-transition", erm_transition_point,
+        axes={"omega": (float, "mixing weights ω")},
+        options={"sigma": (float, None, "teacher σ (default: the model's)"),
+                 "lam": (float, None, "ridge λ (default: the model's)")},
+        help="α_c(ω) and α_l(ω) of the ERM model (each ω is one point: the phase diagram)",
+        requires="theory.models.positional_semantic",
+    ),
+    "sgd-boundaries": Sweepable(
+        "sgd-boundaries", sgd_boundaries_point,
+        axes={"a": (float, "positional strengths a")},
+        help="ω where each SGD regime of the positional–semantic target switches, per a",
+        requires="theory.models.ssi",
     ),
     "sgd-ode": Sweepable(
         "sgd-ode", sgd_ode_point,
