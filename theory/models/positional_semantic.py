@@ -5,6 +5,11 @@ minimum), the replica-symmetric state equations of §3 with their positional / s
 branches, the free energy Φ, ε_t = -Φ, ε_g, the linear baseline of §5, and (through
 ``theory.solve``) continuation in α, the transition α_c(ω) and the threshold α_l(ω).
 
+Quadrature: the default ``split`` rule (see ``_ps_kernels``) integrates ξ in polar coordinates
+around the point where the student field vanishes and splits every circle at the jumps of the
+prox's global minimiser; plain tensor Gauss-Hermite (``method="gh"``) is wrong by tens of percent
+on the positional branch (BENCHMARKS.md, "ERM (replica theory)").
+
 Units and normalisations (stated once): overlaps q = σ²|Q|²/d, m = 1ᵀQ/d, θ = σ² Q*ᵀQ/d,
 ρ = σ²; errors ε_t = min L / d and ε_g = E||f(X) - y(X)||²_F / (2d), both per token dimension.
 Shapes: local fields ``w`` and teacher fields ``h_star`` are ``(N, 2)`` (one row per sample or
