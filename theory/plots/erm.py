@@ -346,9 +346,13 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
 
     ax = axes[2]
     glob = th["global_"]
-    if glob:
-        ax.plot([r["alpha"] for r in glob], [r["eps_g"] for r in glob], "C3-", lw=1.8,
-                label="global minimiser, theory")
+    first = True
+    for branch in ("positional", "semantic"):  # separate pieces: eps_g jumps at alpha_c
+        seg = [r for r in glob if r.get("branch") == branch]
+        if seg:
+            ax.plot([r["alpha"] for r in seg], [r["eps_g"] for r in seg], "C3-", lw=1.8,
+                    label="global minimiser, theory" if first else None)
+            first = False
     if th.get("eps_g_lin") is not None:
         ax.axhline(th["eps_g_lin"], color="C4", lw=1.5, label="linear baseline (theory)")
     xs, mu, se = _sim_stats(gm, "alpha", "eps_g")
