@@ -284,3 +284,13 @@ def test_registry_entries_are_wired(tmp_path, capsys):
     for k, v in rows[0].items():
         if k.startswith("omega_"):
             assert v == direct[k]
+
+
+def test_cli_scheduler(tmp_path, capsys, dask_cluster):
+    from theory.cli import main
+
+    out = tmp_path / "cli-dask.jsonl"
+    assert main(["sweep", "demo", "--xs", "0,0.5", "--ys", "3", "--out", str(out),
+                 "--scheduler", dask_cluster.scheduler_address, "--no-progress", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["f"], r["g"]) for r in rows] == [expected_demo(0.0, 3.0), expected_demo(0.5, 3.0)]
