@@ -65,6 +65,9 @@ def test_expand_grid_product_and_list():
 
     assert point_key({"a": 1, "b": 2.5}) == point_key({"b": np.float64(2.5), "a": np.int64(1)})
     assert point_key({"a": 1, "b": 2}, key=["a"]) == point_key({"a": 1, "b": 3}, key=["a"])
+    # grids written differently name the same points (round-off in the last digits)
+    assert 0.1 + 0.2 != 0.3 and point_key({"a": 0.1 + 0.2}) == point_key({"a": 0.3})
+    assert point_key({"a": 0.2}) != point_key({"a": 0.2000001})
 
 
 def test_repeated_points_rejected():

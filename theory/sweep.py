@@ -122,7 +122,19 @@ def point_key(point: Mapping, key=None) -> str:
         if missing:
             raise ValueError(f"key names {missing} are not parameters of the grid point {point}")
         sub = {n: point[n] for n in names}
-    return json.dumps(to_jsonable(dict(sub)), sort_keys=True, separators=(",", ":"))
+    return json.dumps(_canonical(to_jsonable(dict(sub))), sort_keys=True, separators=(",", ":"))
+
+
+def _canonical(v):
+    """Floats rounded to 12 significant digits, so 0.1 + 0.1 and 0.2 name the same point
+    (``--alphas 0.1:0.3:3`` and ``--alphas 0.1,0.2,0.3`` share their table rows)."""
+    if isinstance(v, float):
+        return float(f"{v:.12g}")
+    if isinstance(v, dict):
+        return {k: _canonical(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_canonical(x) for x in v]
+    return v
 
 
 # --------------------------------------------------------------------------------------------
