@@ -106,9 +106,9 @@ def _fig_phase(out_dir: Path, quick: bool):
     t0 = time.time()
     if quick:
         omegas = [0.3]
-        alphas = np.array([1.0, 1.25, 1.5, 2.0])
+        alphas = np.array([1.0, 1.5])
         rule = ps.make_rule("split", 6, n_r=12, n_phi=24)
-        xtol = 1e-2
+        xtol = 2e-2
     else:
         omegas = list(np.linspace(0.1, 0.5, 9))
         alphas = np.geomspace(0.25, 4.0, 12)
