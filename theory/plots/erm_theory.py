@@ -111,7 +111,7 @@ def _fig_phase(out_dir: Path, quick: bool):
         xtol = 2e-2
     else:
         omegas = list(np.linspace(0.1, 0.5, 9))
-        alphas = np.geomspace(0.25, 4.0, 12)
+        alphas = np.geomspace(0.5, 4.0, 10)
         rule = ps.make_rule("split")
         xtol = 1e-4
     rows = ps.phase_diagram(omegas, p, alphas=alphas, rule=rule, xtol=xtol)
