@@ -27,6 +27,8 @@ import math
 import numba
 import numpy as np
 
+from theory.gauss import _normal as _gauss_normal
+
 HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
 
 #: activation name -> integer code used inside the kernels
@@ -394,75 +396,11 @@ def full_chunk_rng(W, ustar, Qp, Bpe, state, zstar, Y, gamma, head, Rm, act, unt
 
 # =========================================================================== in-kernel RNG
 # xoshiro256** (Blackman & Vigna) and the 128-layer ziggurat of Marsaglia & Tsang in Doornik's
-# ZIGNOR form (independent uniforms for the layer index and the abscissa): exact N(0, 1) draws.
+# ZIGNOR form (disjoint bits of one output for the layer index and the abscissa): N(0, 1) draws.
 
-_ZIG_C = 128
-_ZIG_R = 3.442619855899
-_ZIG_V = 9.91256303526217e-3
-
-
-def _zig_tables():
-    X = np.zeros(_ZIG_C + 1)
-    f = math.exp(-0.5 * _ZIG_R * _ZIG_R)
-    X[0] = _ZIG_V / f
-    X[1] = _ZIG_R
-    for i in range(2, _ZIG_C):
-        X[i] = math.sqrt(-2.0 * math.log(_ZIG_V / X[i - 1] + f))
-        f = math.exp(-0.5 * X[i] * X[i])
-    X[_ZIG_C] = 0.0
-    Rt = X[1:] / X[:-1]
-    return X, Rt
-
-
-ZIG_X, ZIG_RATIO = _zig_tables()
-
-
-@numba.njit(cache=True, inline="always")
-def _rotl(x, k):
-    return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
-
-
-@numba.njit(cache=True)
-def xoshiro_next(s):
-    """xoshiro256**: next 64-bit output; s (4,) uint64 advanced in place."""
-    result = _rotl(s[1] * np.uint64(5), 7) * np.uint64(9)
-    t = s[1] << np.uint64(17)
-    s[2] ^= s[0]
-    s[3] ^= s[1]
-    s[1] ^= s[2]
-    s[0] ^= s[3]
-    s[2] ^= t
-    s[3] = _rotl(s[3], 45)
-    return result
-
-
-@numba.njit(cache=True, inline="always")
-def _u01(s):
-    """Uniform on (0, 1) (53 bits, never 0)."""
-    return (float(xoshiro_next(s) >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
-
-
-@numba.njit(cache=True)
-def zig_normal(s):
-    """One standard normal draw (ziggurat, ZIGNOR variant)."""
-    while True:
-        r = xoshiro_next(s)
-        u = 2.0 * ((float(r >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)) - 1.0
-        i = int(r & np.uint64(0x7F))
-        if abs(u) < ZIG_RATIO[i]:
-            return u * ZIG_X[i]
-        if i == 0:
-            while True:
-                x = math.log(_u01(s)) / _ZIG_R
-                y = math.log(_u01(s))
-                if -2.0 * y >= x * x:
-                    break
-            return x - _ZIG_R if u < 0 else _ZIG_R - x
-        x = u * ZIG_X[i]
-        f0 = math.exp(-0.5 * (ZIG_X[i] * ZIG_X[i] - x * x))
-        f1 = math.exp(-0.5 * (ZIG_X[i + 1] * ZIG_X[i + 1] - x * x))
-        if f1 + _u01(s) * (f0 - f1) < 1.0:
-            return x
+# Normals: the xoshiro256** + ziggurat generator of theory.gauss (one implementation for the
+# package; the same bits and tables, so streams are unchanged).
+zig_normal = _gauss_normal
 
 
 @numba.njit(cache=True)
