@@ -172,18 +172,39 @@ def register(subparsers) -> None:
 
     q = sub.add_parser(
         "gain", formatter_class=fmt, help="tied/untied gain vs L",
-        description="Predicted gain nu_untied / nu_tied vs L from the Hermite data (spec "
-        "section 5), and measured with the reduced SGD chain with --simulate.  --target is an "
-        "expression or a family: sum_he2, sum_z, sum_he3.")
+        description="Tied/untied gain nu_untied / nu_tied vs L.  Per L: the spec-5 formula "
+        "(gain_equal, gain_optimal), the closed form of the package's ODE (gain_equal_closed, "
+        "gain_optimal_closed: linearised escape, minimised over the step size; the untied row "
+        "has 1/L of the tied noise K, so gain_optimal_closed = gain_optimal / L for k <= 2) and "
+        "the full ODE (gain_equal_ode at --lr, gain_optimal_ode at each network's ODE-optimal "
+        "step size); with --simulate the exact reduced SGD chain at dimension --d (mean +- SE "
+        "over seeds).  --target is an expression or a family: sum_he2, sum_z, sum_he3.",
+        epilog="Example: theory sgd gain --target sum_he2 --Ls 1:10 --json;  theory sgd gain "
+        "--target sum_z --Ls 1,2,4 --simulate --d 300 --step-rule optimal --untied-norm rows,flat")
     q.add_argument("--target", required=True, help="expression or family name")
     q.add_argument("--Ls", default="1:10", help="L values: A:B or a,b,c")
     q.add_argument("--simulate", action="store_true", help="also measure it by SGD")
-    q.add_argument("--d", type=int, default=1000, help="dimension for --simulate")
-    q.add_argument("--lr", type=float, default=0.05, help="step size for --simulate")
+    q.add_argument("--d", type=int, default=1000,
+                   help="dimension (ODE start m0 ~ 1/sqrt(d) and --simulate)")
+    q.add_argument("--lr", type=float, default=0.05,
+                   help="step size of the equal-step gain (ODE and --simulate)")
+    q.add_argument("--eta", type=float, default=0.5,
+                   help="weak-recovery threshold on |m| (tied) and m_untied (untied)")
     q.add_argument("--seeds", type=int, default=16, help="seeds per point for --simulate")
     q.add_argument("--step-rule", choices=("equal", "optimal"), default="equal",
-                   dest="step_rule", help="equal step sizes, or each network at its best")
+                   dest="step_rule", help="--simulate: equal step sizes, or each network at its "
+                   "best step size of a grid around its ODE optimum (gain_predicted follows it)")
+    q.add_argument("--untied-norm", default="rows", dest="untied_norm",
+                   help="--simulate: untied normalisation(s), comma-separated: rows (each row "
+                   "on its sqrt(d)-sphere, spec) and/or flat (W renormalised as one vector of "
+                   "R^{L d} to norm sqrt(L d), the authors' code); flat adds *_flat fields")
+    q.add_argument("--ode-start", choices=("typical", "fixed"), default="typical",
+                   dest="ode_start", help="ODE start: typical (geometric mean of random "
+                   "starts, matches --simulate) or fixed (every row at m0 = 1/sqrt(d))")
+    q.add_argument("--no-ode", action="store_true", dest="no_ode",
+                   help="skip the numerical ODE minimisation (spec and closed form only)")
     q.add_argument("--activation", default="relu", help="network activation")
+    q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
     add_json(q)
     q.set_defaults(func=_gain)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
@@ -314,15 +335,30 @@ def _gain(args):
     from theory.simulate.gain import gain_curve
 
     Ls = parse_range(args.Ls, integer=True)
+    norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())
     rows = gain_curve(args.target, Ls, simulate=args.simulate, d=args.d, lr=args.lr,
-                      seeds=args.seeds, step_rule=args.step_rule, activation=args.activation,
-                      progress=not args.json)
-    payload = dict(target=args.target, step_rule=args.step_rule, rows=rows)
-    lines = [f"target {args.target}, step rule {args.step_rule}"]
+                      eta=args.eta, seeds=args.seeds, step_rule=args.step_rule,
+                      activation=args.activation, progress=not args.json,
+                      workers=args.workers, ode=not args.no_ode, ode_start=args.ode_start,
+                      untied_norms=norms)
+    payload = dict(target=args.target, step_rule=args.step_rule, d=args.d, lr=args.lr,
+                   eta=args.eta, activation=args.activation, ode_start=args.ode_start,
+                   rows=rows)
+
+    def fmt(v):
+        return "-" if v is None else f"{v:.4g}"
+
+    lines = [f"target {args.target}, {args.activation}, d = {args.d}, eta = {args.eta}, "
+             f"equal lr = {args.lr}, step rule {args.step_rule}",
+             "     L   spec:equal  spec:opt  closed:equal  closed:opt  ode:equal  ode:opt"]
     for r in rows:
-        s = f"  L={r['L']:>3}  predicted gain {r['gain_predicted']:.4g}"
+        s = (f"  {r['L']:>4}  {fmt(r['gain_equal']):>10}  {fmt(r['gain_optimal']):>8}  "
+             f"{fmt(r.get('gain_equal_closed')):>12}  {fmt(r.get('gain_optimal_closed')):>10}  "
+             f"{fmt(r.get('gain_equal_ode')):>9}  {fmt(r.get('gain_optimal_ode')):>7}")
         if "gain_sim" in r:
             s += f"   simulated {r['gain_sim']:.4g} +- {r['gain_sim_err']:.2g}"
+        if "gain_sim_flat" in r:
+            s += f"   flat {r['gain_sim_flat']:.4g} +- {r['gain_sim_flat_err']:.2g}"
         lines.append(s)
     emit(args, payload, "\n".join(lines))
     return 0

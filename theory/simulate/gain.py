@@ -252,7 +252,7 @@ def ode_optimal(model, d: float, eta: float, lr_guess: float, m0: float | None =
         return cache[x]
 
     lo, hi = math.log(lr_guess / span), math.log(1.9 * lr_guess)
-    r = minimize_scalar(f, bounds=(lo, hi), method="bounded", options=dict(xatol=xatol))
+    minimize_scalar(f, bounds=(lo, hi), method="bounded", options=dict(xatol=xatol))
     best = min(cache, key=cache.get)
     if cache[best] >= 1e3 - hi:  # stuck at every step size tried
         return math.inf, math.nan, len(cache)
@@ -556,16 +556,16 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
                     base_cap = cap0
 
                 if kind == "untied_flat":
-                    def run(g, cap, _e=expr, _L=L):
-                        cap = base_cap if cap is None else min(cap, base_cap)
+                    def run(g, cap, _e=expr, _L=L, _b=base_cap):
+                        cap = _b if cap is None else min(cap, _b)
                         nus = _flat_seeds(_e, _L, int(d), g, seed_list, workers, eta=eta,
                                           max_steps=cap, activation=activation)
                         return _summarise(nus, cap)
                 else:
                     spec = SimSpec(kind=kind, L=L, target=("expr", expr), activation=activation)
 
-                    def run(g, cap, _s=spec):
-                        cap = base_cap if cap is None else min(cap, base_cap)
+                    def run(g, cap, _s=spec, _b=base_cap):
+                        cap = _b if cap is None else min(cap, _b)
                         return _escape_stats(_s, d, g, seed_list, eta, cap, workers, progress)
                 best[kind], row[f"scan_{kind}"] = _scan(run, cand, step_rule)
             mt, st, kt, gt = best["tied"]
