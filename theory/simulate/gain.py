@@ -64,6 +64,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -409,17 +410,54 @@ def simulate_flat_untied(expr, L: int, d: int, lr: float, seed, *, eta: float = 
 
 def _flat_job(args):
     expr, L, d, lr, seed, kw = args
-    return simulate_flat_untied(expr, L, d, lr, seed, **kw)
+    return seed, simulate_flat_untied(expr, L, d, lr, seed, **kw)
 
 
-def _flat_seeds(expr, L, d, lr, seeds, workers, **kw):
-    jobs = [(expr, L, d, lr, s, kw) for s in seeds]
+def _cache_path(cache_dir, kind, key: dict):
+    import hashlib
+    import json
+
+    if cache_dir is None:
+        return None
+    h = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return Path(cache_dir) / f"gain-{kind}-{h}.jsonl"
+
+
+def _flat_seeds(expr, L, d, lr, seeds, workers, out=None, **kw):
+    """Escape steps of the flattened untied network for every seed; with ``out`` (JSON lines)
+    finished seeds are appended at once and not re-run."""
+    import json
+
+    done = {}
+    if out is not None and Path(out).exists():
+        for line in Path(out).read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # torn last line after a kill
+                continue
+            done[rec["seed"]] = rec["steps_escape"]
+    todo = [s for s in seeds if s not in done]
+
+    def store(seed, nu):
+        done[seed] = nu
+        if out is not None:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "a") as fh:
+                fh.write(json.dumps(dict(seed=seed, steps_escape=nu)) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    jobs = [(expr, L, d, lr, s, kw) for s in todo]
     if workers is None:
         workers = min(len(jobs), os.cpu_count() or 1)
     if workers <= 1 or len(jobs) <= 1:
-        return [_flat_job(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as ex:
-        return list(ex.map(_flat_job, jobs))
+        for j in jobs:
+            store(*_flat_job(j))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as ex:
+            for seed, nu in ex.map(_flat_job, jobs):
+                store(seed, nu)
+    return [done[s] for s in seeds]
 
 
 # =========================================================================== simulation + rows
@@ -436,11 +474,12 @@ def _summarise(nu_list, max_steps):
     return float(nu.mean()), se, stuck
 
 
-def _escape_stats(spec, d, lr, seeds, eta, max_steps, workers, progress):
+def _escape_stats(spec, d, lr, seeds, eta, max_steps, workers, progress, out=None):
     from theory.simulate.sgd import simulate_seeds
 
     res = simulate_seeds(spec, d, lr, seeds, reduced=True, workers=workers, progress=progress,
-                         eta=eta, max_steps=max_steps, margin=0.0, t_margin=0.0)
+                         eta=eta, max_steps=max_steps, margin=0.0, t_margin=0.0, out=out,
+                         n_record=2)
     return _summarise([r.steps_escape for r in res], max_steps)
 
 
@@ -471,7 +510,7 @@ def _ratio_err(mu, su, mt, st):
 def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_rule="equal",
                activation="relu", eta=0.5, lrs=None, lr_factors=(0.5, 0.71, 1.0, 1.41),
                max_steps=None, workers=None, progress=False, rng=0, ode=True,
-               ode_start="typical", untied_norms=("rows",)) -> list[dict]:
+               ode_start="typical", untied_norms=("rows",), cache_dir=None) -> list[dict]:
     """Rows (one per L) with the predicted and (optionally) simulated tied/untied gain.
 
     Row fields: L, target, sie, tied_contraction, op_norm, gain_optimal, gain_equal (the spec's
@@ -488,6 +527,8 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
     normalisation, :func:`simulate_flat_untied`).  Step sizes for ``step_rule="optimal"``:
     ``lrs`` if given (shared by both networks), else each network's ODE-optimal step size times
     ``lr_factors`` (closed-form optimum if ``ode=False``).  seeds: a count or a list of ints.
+    cache_dir: if given, every finished SGD run is appended to a JSON-lines file there (keyed by
+    all parameters) and not re-run: an interrupted curve resumes.
     """
     from theory.hermite import analyze
     from theory.simulate.sgd import SimSpec
@@ -558,15 +599,21 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
                 if kind == "untied_flat":
                     def run(g, cap, _e=expr, _L=L, _b=base_cap):
                         cap = _b if cap is None else min(cap, _b)
-                        nus = _flat_seeds(_e, _L, int(d), g, seed_list, workers, eta=eta,
-                                          max_steps=cap, activation=activation)
+                        out = _cache_path(cache_dir, "flat", dict(
+                            target=str(_e), L=_L, d=int(d), lr=g, eta=eta, cap=cap,
+                            act=activation))
+                        nus = _flat_seeds(_e, _L, int(d), g, seed_list, workers, out=out,
+                                          eta=eta, max_steps=cap, activation=activation)
                         return _summarise(nus, cap)
                 else:
                     spec = SimSpec(kind=kind, L=L, target=("expr", expr), activation=activation)
 
                     def run(g, cap, _s=spec, _b=base_cap):
                         cap = _b if cap is None else min(cap, _b)
-                        return _escape_stats(_s, d, g, seed_list, eta, cap, workers, progress)
+                        out = _cache_path(cache_dir, _s.kind, dict(
+                            spec=_s.describe(), d=int(d), lr=g, eta=eta, cap=cap))
+                        return _escape_stats(_s, d, g, seed_list, eta, cap, workers, progress,
+                                             out=out)
                 best[kind], row[f"scan_{kind}"] = _scan(run, cand, step_rule)
             mt, st, kt, gt = best["tied"]
             row.update(nu_tied=mt, nu_tied_err=st, lr_tied=gt, stuck_tied=kt,
