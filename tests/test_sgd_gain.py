@@ -124,3 +124,24 @@ def test_ode_optimal_gain_against_reduced_sgd():
         g, e = r[f"gain_sim{sfx}"], r[f"gain_sim{sfx}_err"]
         assert abs(g - r["gain_optimal_ode"]) < 4 * e + 0.03 * g, (sfx, g, e, r)
         assert 9.0 - g > 4 * e
+
+
+def test_cli_gain_json_contract(capsys):
+    import json
+
+    from theory.cli import main
+
+    code = main(["sgd", "gain", "--target", "sum_he2", "--Ls", "1,2", "--json",
+                 "--ode-start", "fixed"])
+    out = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert code == 0 and len(out) == 1
+    rows = json.loads(out[0])["rows"]
+    for r, L in zip(rows, (1, 2)):
+        # spec formula L^2, the package's ODE (closed form and minimised) L
+        assert r["gain_optimal"] == pytest.approx(L**2)
+        assert r["gain_equal"] == pytest.approx(L)
+        assert r["gain_optimal_closed"] == pytest.approx(L, rel=1e-9)
+        assert r["gain_optimal_ode"] == pytest.approx(L, rel=1e-5)
+        assert r["gain_equal_ode"] == pytest.approx(L, rel=1e-5)
+    assert main(["sgd", "gain", "--target", "sum_z", "--Ls", "1", "--simulate",
+                 "--untied-norm", "cols"]) == 2
