@@ -286,7 +286,7 @@ def _newton(x, w, T, Vinv, s2, max_iter, gtol):
     xt = np.empty((L, r))
     f = _obj_grad(x, w, T, Vinv, s2, g, M, S, W)
     gmax = 0.0
-    for it in range(max_iter):
+    for _ in range(max_iter):
         gmax = 0.0
         for i in range(L):
             for a in range(r):
