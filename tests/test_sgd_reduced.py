@@ -133,7 +133,13 @@ def _escape_steps(f, spec, d, lr, seeds, **kw):
      SimSpec(kind="untied", L=2, target=("expr", (z1 + z2) / sp.sqrt(2)), activation="relu"), 10,
      0.2, dict(eta=0.6, max_steps=50_000, t_margin=0.0, margin=0.0)),
 ])
-def test_escape_step_distribution_full_vs_reduced(name, spec, d, lr, kw):
+@pytest.mark.parametrize("fast", [True, False], ids=["block-generator", "scalar-generator"])
+def test_escape_step_distribution_full_vs_reduced(name, spec, d, lr, kw, fast, monkeypatch):
+    """Both full-d kernels (the SIMD block generator + fused passes, forced here at small d, and
+    the scalar per-draw generator) against the exact reduced chain."""
+    from theory.simulate import sgd as sgd_mod
+
+    monkeypatch.setattr(sgd_mod, "FAST_MIN_D", 0 if fast else 10**9)
     n = 120
     full = _escape_steps(simulate_sgd, spec, d, lr, range(n), **kw)
     red = _escape_steps(simulate_reduced, spec, d, lr, range(1000, 1000 + n), **kw)

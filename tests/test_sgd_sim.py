@@ -224,3 +224,124 @@ def test_figures_registry():
     assert set(FIGURES) == {"sgd-trajectories", "sgd-escape", "sgd-gain", "sgd-pathological",
                             "sgd-fraction-positional", "sgd-landscape-trajectories"}
     assert all(callable(f) for f in FIGURES.values())
+
+
+# ----------------------------------------------------------------- block generator + fast kernel
+
+from theory.simulate import _blocknormal as BN  # noqa: E402
+
+
+def test_block_ziggurat_tables_are_the_equal_area_ziggurat():
+    """R solves "top layer area = V" for C = 2048 layers (so the layers have equal area), the
+    packed words decode to the table, and the packed fast-path thresholds never exceed the exact
+    rectangle ratios (a rounded-up threshold would accept wedge points: a wrong law)."""
+    X, ratio, packed, V = BN.ZIG_X, BN.ZIG_RATIO, BN.ZIG_PACKED, BN.ZIG_V
+    C = BN.ZIG_C
+    top = X[C - 1] * (1.0 - math.exp(-0.5 * X[C - 1] ** 2))
+    # double recursion over 2048 layers + the 2^-50 grid: relative error ~1e-12 at most
+    assert abs(top / V - 1.0) < 1e-10
+    # every rectangle layer i >= 1 has area V: X[i] (f(X[i+1]) - f(X[i])) = V
+    f = np.exp(-0.5 * X * X)
+    areas = X[1:C] * (f[2:C + 1] - f[1:C])
+    np.testing.assert_allclose(areas, V, rtol=1e-10)
+    assert X[0] * f[1] == pytest.approx(V, rel=1e-12)
+    dec = (packed >> np.uint64(11)).astype(np.float64) / 2.0**50
+    np.testing.assert_array_equal(dec, X[:C])
+    thr = (packed & np.uint64(2047)).astype(np.float64) / 2048
+    assert np.all(thr <= ratio) and np.all(ratio - thr < 1.0 / 2048)
+
+
+def test_block_normals_have_the_standard_normal_law():
+    S, s = BN.seed_block_state(2024)
+    x = np.empty(2_000_000)
+    BN.fill_block_normals(S, s, x)
+    n = x.size
+    from scipy import stats
+
+    # moments within 4 standard errors: SE(mean) = 1/sqrt(n), SE(var) = sqrt(2/n),
+    # SE(4th moment) = sqrt((105 - 9)/n), SE(3rd) = sqrt(15/n)
+    assert abs(x.mean()) < 4 / math.sqrt(n)
+    assert abs(x.var() - 1) < 4 * math.sqrt(2 / n)
+    assert abs((x**3).mean()) < 4 * math.sqrt(15 / n)
+    assert abs((x**4).mean() - 3) < 4 * math.sqrt(96 / n)
+    assert stats.kstest(x, "norm").pvalue > 1e-3
+    # quantiles: the fraction below each decile matches within 4 binomial SE
+    for q in (0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 0.999):
+        frac = np.mean(x < stats.norm.ppf(q))
+        assert abs(frac - q) < 4 * math.sqrt(q * (1 - q) / n)
+    # the tail beyond R = 4.216 (sampled by the separate tail algorithm), expected ~50 draws
+    p = 2 * stats.norm.sf(BN.ZIG_R)
+    k = np.sum(np.abs(x) > BN.ZIG_R)
+    assert abs(k - n * p) < 4 * math.sqrt(n * p) + 1
+
+
+def test_block_normals_reproducible_and_equal_to_the_python_replay():
+    S1, s1 = BN.seed_block_state(11)
+    S2, s2 = BN.seed_block_state(11)
+    a = np.empty(5000)
+    b = np.empty(5000)
+    BN.fill_block_normals(S1, s1, a)
+    BN.fill_block_normals(S2, s2, b)
+    np.testing.assert_array_equal(a, b)                 # same seed -> same stream
+    S3, s3 = BN.seed_block_state(12)
+    c = np.empty(5000)
+    BN.fill_block_normals(S3, s3, c)
+    assert not np.any(a == c)
+    # the pure-Python replay (independent code, includes ~13 slow-path completions)
+    ref = BN.block_normals_numpy_reference(11, 5000)
+    np.testing.assert_array_equal(a, ref)
+    # a (rows, width) fill is the flat fill of rows * width
+    S4, s4 = BN.seed_block_state(11)
+    buf = np.empty((2, 2 * BN.NB))
+    BN.fill_rows(S4, s4, buf, np.empty(BN.NB, np.uint64), np.empty(buf.size, np.int64),
+                 np.empty(buf.size, np.uint64))
+    np.testing.assert_array_equal(buf.ravel(), BN.block_normals_numpy_reference(11, buf.size))
+
+
+FAST_CASES = CASES + [
+    (K.HEAD_NETWORK, 1, 2, 1, False, np.zeros((2, 0))),            # fused path, no encoding
+    (K.HEAD_MATRIX, 0, 2, 4, False, np.array([[0.6], [-0.8]])),    # fused path, general B
+]
+
+
+@pytest.mark.parametrize("head,act,L,kout,untied,B", FAST_CASES)
+def test_fast_kernel_matches_the_reference_kernel(head, act, L, kout, untied, B):
+    """full_chunk_fast (block generator, fused passes, lazy scale) = full_chunk fed with the same
+    rows (fill_steps) up to round-off, and leaves the generator states where fill_steps does."""
+    rng = np.random.default_rng(8)
+    d, n, gamma = 300, 40, 0.3
+    k = B.shape[1]
+    ustar, Qp = _random_frame(rng, d, k)
+    R = L if untied else 1
+    W = rng.standard_normal((R, d))
+    W *= math.sqrt(d) / np.linalg.norm(W, axis=1, keepdims=True)
+    C = np.concatenate([W @ ustar[:, None], W @ Qp.T], axis=1) / math.sqrt(d)
+    zs = rng.standard_normal((n, L))
+    Y = rng.uniform(0, 1, (n, kout))
+    Rm = rng.standard_normal((L, L))
+    S1, s1 = BN.seed_block_state(5)
+    S2, s2 = BN.seed_block_state(5)
+    G = K.fill_steps(S2, s2, n, L, d)
+    B = np.ascontiguousarray(B)
+    W1, C1, W2, C2 = W.copy(), C.copy(), W.copy(), C.copy()
+    h1, l1 = K.full_chunk_fast(W1, ustar, Qp, B, S1, s1, zs, Y, gamma, head, Rm, act, untied,
+                               0.5, C1)
+    h2, l2 = K.full_chunk(W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2)
+    # 40 steps of O(d) sums in another order: round-off ~1e-14; 1e-9 leaves ample margin
+    np.testing.assert_allclose(W1, W2, atol=1e-9)
+    np.testing.assert_allclose(C1, C2, atol=1e-11)
+    np.testing.assert_allclose(l1, l2, rtol=1e-9)
+    assert h1 == h2
+    np.testing.assert_allclose(np.linalg.norm(W1, axis=1), math.sqrt(d), rtol=1e-12)
+    np.testing.assert_array_equal(S1, S2)
+    np.testing.assert_array_equal(s1, s2)
+
+
+def test_simulate_sgd_is_reproducible_per_seed():
+    spec = SimSpec(kind="attention", L=2, target=("ps", 0.5, 1.0), pe="opposite")
+    a = simulate_sgd(spec, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
+    b = simulate_sgd(spec, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
+    c = simulate_sgd(spec, 200, 0.05, 4, steps=3000, n_record=10, start="origin")
+    np.testing.assert_array_equal(a.m, b.m)
+    np.testing.assert_array_equal(a.e, b.e)
+    assert not np.array_equal(a.m, c.m)

@@ -28,6 +28,7 @@ import numba
 import numpy as np
 
 from theory.gauss import _normal as _gauss_normal
+from theory.simulate import _blocknormal as BN
 
 HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
 
@@ -564,3 +565,188 @@ def reduced_chunk_numpy(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untie
         if hit < 0 and q >= eta2:
             hit = t
     return hit, loss_sum
+
+
+# =========================================================================== fast full-d kernel
+# The same SGD step as ``_full_step`` with (i) the token rows drawn by the SIMD block generator
+# of ``theory.simulate._blocknormal`` (xoshiro256** lanes + 2048-layer ziggurat, exact N(0, 1)),
+# (ii) every pass over a d-vector written as a single vectorisable loop (fastmath "reassoc" /
+# "contract" on those loops only: sums in a different order, NaN/inf semantics kept), (iii) the
+# update fused with the norm and frame overlaps (one pass over w per step for L = 2 and at most
+# one encoding direction) and (iv) a lazy scale: the stored row v is w / sig, so the
+# renormalisation costs no pass; rows are rescaled in place only when sig leaves [1/2, 2] and at
+# the end of a chunk.  Same law as ``full_chunk`` fed with ``fill_steps`` (tested to round-off).
+
+_FM = {"reassoc", "contract"}
+
+
+@numba.njit(cache=True, fastmath=_FM)
+def _dot2(g, u, w, d):
+    """(g . u, g . w) over the first d entries."""
+    a = 0.0
+    b = 0.0
+    for i in range(d):
+        a += g[i] * u[i]
+        b += g[i] * w[i]
+    return a, b
+
+
+@numba.njit(cache=True, fastmath=_FM)
+def _upd_l2(w, g0, g1, u, q, c0, c1, cu, cq, d):
+    """Fused tied update for two tokens and one encoding direction:
+    w <- w - c0 g0 - c1 g1 - cu u - cq q; returns (|w|^2, w . u, w . q)."""
+    nrm = 0.0
+    du = 0.0
+    dq = 0.0
+    for i in range(d):
+        v = w[i] - c0 * g0[i] - c1 * g1[i] - cu * u[i] - cq * q[i]
+        w[i] = v
+        nrm += v * v
+        du += v * u[i]
+        dq += v * q[i]
+    return nrm, du, dq
+
+
+@numba.njit(cache=True, fastmath=_FM)
+def _upd_row(w, g, u, cg, cu, d):
+    """w <- w - cg g - cu u; returns (|w|^2, w . u)."""
+    nrm = 0.0
+    du = 0.0
+    for i in range(d):
+        v = w[i] - cg * g[i] - cu * u[i]
+        w[i] = v
+        nrm += v * v
+        du += v * u[i]
+    return nrm, du
+
+
+@numba.njit(cache=True, fastmath=_FM)
+def _axpy(y, a, x, d):
+    for i in range(d):
+        y[i] += a * x[i]
+
+
+@numba.njit(cache=True, fastmath=_FM)
+def _scal_into(y, a, x, d):
+    for i in range(d):
+        y[i] = a * x[i]
+
+
+@numba.njit(cache=True, fastmath=_FM)
+def _dot(x, y, d):
+    s = 0.0
+    for i in range(d):
+        s += x[i] * y[i]
+    return s
+
+
+@numba.njit(cache=True, fastmath=_FM)
+def _scale(x, a, d):
+    for i in range(d):
+        x[i] *= a
+
+
+@numba.njit(cache=True)
+def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+    """:func:`full_chunk` with the Gaussian rows drawn in the kernel by the block generator
+    (lanes ``S`` (4, NLANES), scalar state ``s`` (4,), both advanced in place): n = zstar.shape[0]
+    steps, same outputs.  Step t uses the rows of ``_blocknormal.fill_rows`` on an (L, padded d)
+    buffer (see :func:`fill_steps`).  W rows are on the sqrt(d)-sphere on entry and on exit."""
+    n, L = zstar.shape
+    R, d = W.shape
+    k = Qp.shape[0]
+    sd = math.sqrt(d)
+    isd = 1.0 / sd
+    dp = BN.padded_width(d)
+    Gp = np.empty((L, dp))
+    rb = np.empty(BN.NB, dtype=np.uint64)
+    rpos = np.empty(L * dp, dtype=np.int64)
+    rval = np.empty(L * dp, dtype=np.uint64)
+    delta = np.empty(L)
+    work = np.empty((L, L))
+    z = np.empty(L)
+    corr = np.empty(L)
+    dots = np.empty(1 + k)
+    comb = np.empty(d)
+    sig = np.ones(R)
+    fused = (not untied) and L == 2 and k <= 1
+    qrow = Qp[0] if k >= 1 else ustar            # dummy direction when k = 0 (coefficient 0)
+    hit = -1
+    loss_sum = 0.0
+    for t in range(n):
+        BN.fill_rows(S, s, Gp, rb, rpos, rval)
+        # ---- forward
+        for l in range(L):
+            r = l if untied else 0
+            a, b = _dot2(Gp[l], ustar, W[r], d)
+            a *= isd
+            b *= sig[r] * isd
+            corr[l] = zstar[t, l] * isd - a
+            zl = b + corr[l] * sd * C[r, 0]
+            if not untied:
+                for j in range(k):
+                    zl += Bpe[l, j] * C[r, 1 + j]
+            z[l] = zl
+        loss_sum += head_grad(head, z, Y[t], Rm, act, delta, work)
+        # ---- update of v = w / sig, renormalisation folded into sig
+        for r in range(R):
+            inv = 1.0 / sig[r]
+            if untied:
+                nrm, du = _upd_row(W[r], Gp[r], ustar, gamma * delta[r] * isd * inv,
+                                   gamma * delta[r] * corr[r] * inv, d)
+            else:
+                cu = 0.0
+                for l in range(L):
+                    cu += delta[l] * corr[l]
+                cu *= gamma * inv
+                gl = gamma * isd * inv
+                if fused:
+                    cq = 0.0
+                    if k == 1:
+                        cq = gl * (delta[0] * Bpe[0, 0] + delta[1] * Bpe[1, 0])
+                    nrm, du, dq = _upd_l2(W[0], Gp[0], Gp[1], ustar, qrow, gl * delta[0],
+                                          gl * delta[1], cu, cq, d)
+                    if k == 1:
+                        dots[1] = dq
+                else:
+                    _scal_into(comb, delta[0], Gp[0], d)
+                    for l in range(1, L):
+                        _axpy(comb, delta[l], Gp[l], d)
+                    for j in range(k):
+                        pj = 0.0
+                        for l in range(L):
+                            pj += delta[l] * Bpe[l, j]
+                        _axpy(comb, pj, Qp[j], d)
+                    nrm, du = _upd_row(W[0], comb, ustar, gl, cu, d)
+                    for j in range(k):
+                        dots[1 + j] = _dot(W[0], Qp[j], d)
+            scale = sd / math.sqrt(nrm)          # w_new = scale * v
+            C[r, 0] = du * scale * isd
+            if not untied:
+                for j in range(k):
+                    C[r, 1 + j] = dots[1 + j] * scale * isd
+            if scale < 0.5 or scale > 2.0:
+                _scale(W[r], scale, d)
+                sig[r] = 1.0
+            else:
+                sig[r] = scale
+        if hit < 0 and _recovered(C, untied, eta2):
+            hit = t
+    for r in range(R):
+        if sig[r] != 1.0:
+            _scale(W[r], sig[r], d)
+    return hit, loss_sum
+
+
+def fill_steps(S, s, n, L, d):
+    """The token rows (n, L, d) that :func:`full_chunk_fast` draws for n steps from (S, s)."""
+    dp = BN.padded_width(d)
+    G = np.empty((n, L, d))
+    buf = np.empty((L, dp))
+    rb = np.empty(BN.NB, dtype=np.uint64)
+    rpos = np.empty(L * dp, dtype=np.int64)
+    rval = np.empty(L * dp, dtype=np.uint64)
+    for t in range(n):
+        BN.fill_rows(S, s, buf, rb, rpos, rval)
+        G[t] = buf[:, :d]
+    return G

@@ -33,8 +33,11 @@ Implementation note (exact, not an approximation): the target is evaluated outsi
 kernel on a chunk of z* ~ N(0, I_L); the token row is then built as x_l = g_l / sqrt(d) with the
 component of g_l along w*/sqrt(d) replaced by z*_l / sqrt(d).  This has exactly the law of a fresh
 N(0, I/d) row with x_l . w* = z*_l, so any numpy-vectorised target works inside the kernel.
-The d-dimensional Gaussian rows are drawn inside the numba kernel (xoshiro256** + ziggurat,
-seeded from ``seed``; ``_FullState.kernel_rng = False`` feeds numpy-drawn chunks instead).
+The d-dimensional Gaussian rows are drawn inside the numba kernel, seeded from ``seed``: for
+d >= ``FAST_MIN_D`` by the SIMD block generator of ``theory.simulate._blocknormal`` (64
+xoshiro256** lanes + a 2048-layer ziggurat, exact N(0, 1); kernel ``full_chunk_fast``), below by
+the scalar xoshiro256** + ziggurat of ``theory.gauss``; ``_FullState.kernel_rng = False`` feeds
+numpy-drawn chunks instead.
 Results are reproducible per seed (same seed -> same trajectory, in any process).
 """
 
@@ -52,6 +55,7 @@ import numpy as np
 
 from theory._util import as_rng, check_positive, seed_int, to_jsonable
 from theory.results import Result
+from theory.simulate import _blocknormal as BN
 from theory.simulate import _sgd_kernels as K
 
 __all__ = ["SimSpec", "SGDResult", "as_spec", "simulate_sgd", "simulate_seeds",
@@ -349,10 +353,16 @@ def _recovery_q(spec, C):
     return float((C[0] ** 2).sum())
 
 
+#: from this d on the full simulator draws its token rows with the SIMD block generator
+#: (``theory.simulate._blocknormal``; rows padded to a multiple of 128 draws); below, with the
+#: scalar generator of ``theory.gauss`` (the two cost the same near d = 50).
+FAST_MIN_D = 64
+
+
 class _FullState:
     """Full d-dimensional weights + the frame (random teacher and encoding directions)."""
 
-    kernel_rng = True      # token rows drawn inside numba (xoshiro256** + ziggurat)
+    kernel_rng = True      # token rows drawn inside numba (block xoshiro256** + ziggurat)
 
     def __init__(self, spec, d, rng, C0, rr0):
         self.spec, self.d = spec, d
@@ -388,6 +398,14 @@ class _FullState:
         Y = np.ascontiguousarray(tfn(zs))
         untied = self.spec.kind == "untied"
         if self.kernel_rng:
+            if d >= FAST_MIN_D:
+                # SIMD block generator + fused passes (rows padded to 128 draws)
+                if self.state is None:
+                    self.state = BN.seed_block_state(seed_int(rng))
+                S, s = self.state
+                return K.full_chunk_fast(self.W, self.ustar, self.Qp, self.B, S, s, zs, Y, lr,
+                                         head, Rm, act, untied, eta2, self.C)
+            # small d: the padding would dominate; scalar xoshiro256** + ziggurat per draw
             if self.state is None:
                 self.state = K.seed_state(seed_int(rng))
             return K.full_chunk_rng(self.W, self.ustar, self.Qp, self.B, self.state, zs, Y, lr,
