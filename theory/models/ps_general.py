@@ -269,10 +269,40 @@ def _obj_grad(x, w, T, Vinv, s2, grad, M, S, W):
 
 
 @numba.njit(cache=True)
+def _chol_solve(H, g, p, Lw):
+    """p = -H⁻¹ g by a hand-written Cholesky factorisation (fast for the tiny n here).
+    Returns False (p untouched) if H is not numerically positive definite."""
+    n = H.shape[0]
+    for j in range(n):
+        s = H[j, j]
+        for k in range(j):
+            s -= Lw[j, k] * Lw[j, k]
+        if s <= 1e-12 * (1.0 + abs(H[j, j])):
+            return False
+        Lw[j, j] = math.sqrt(s)
+        for i in range(j + 1, n):
+            s = H[i, j]
+            for k in range(j):
+                s -= Lw[i, k] * Lw[j, k]
+            Lw[i, j] = s / Lw[j, j]
+    for i in range(n):  # forward: L y = -g
+        s = -g[i]
+        for k in range(i):
+            s -= Lw[i, k] * p[k]
+        p[i] = s / Lw[i, i]
+    for i in range(n - 1, -1, -1):  # backward: Lᵀ p = y
+        s = p[i]
+        for k in range(i + 1, n):
+            s -= Lw[k, i] * p[k]
+        p[i] = s / Lw[i, i]
+    return True
+
+
+@numba.njit(cache=True)
 def _newton(x, w, T, Vinv, s2, max_iter, gtol):
     """Minimise the prox objective from ``x`` (modified in place): Newton with a central-
-    difference Hessian of the analytic gradient, eigenvalues replaced by max(|λ|, δ), Armijo
-    backtracking.  Returns (value, max|grad|)."""
+    difference Hessian of the analytic gradient (Cholesky when positive definite, otherwise
+    eigenvalues replaced by max(|λ|, δ)), Armijo backtracking.  Returns (value, max|grad|)."""
     L, r = x.shape
     n = L * r
     M = np.empty((L, L))
@@ -282,7 +312,9 @@ def _newton(x, w, T, Vinv, s2, max_iter, gtol):
     gp = np.empty((L, r))
     gm = np.empty((L, r))
     H = np.empty((n, n))
+    Lw = np.empty((n, n))
     p = np.empty(n)
+    gf = np.empty(n)
     xt = np.empty((L, r))
     f = _obj_grad(x, w, T, Vinv, s2, g, M, S, W)
     gmax = 0.0
@@ -304,32 +336,34 @@ def _newton(x, w, T, Vinv, s2, max_iter, gtol):
             x[i0, a0] = old
             for k in range(n):
                 H[k, j] = (gp[k // r, k % r] - gm[k // r, k % r]) / (2 * h)
+            gf[j] = g[i0, a0]
         for j in range(n):
             for k in range(j + 1, n):
                 v = 0.5 * (H[j, k] + H[k, j])
                 H[j, k] = v
                 H[k, j] = v
-        lam, U = np.linalg.eigh(H)
-        big = 0.0
-        for j in range(n):
-            big = max(big, abs(lam[j]))
-        delta = 1e-8 * (1.0 + big)
+        if not _chol_solve(H, gf, p, Lw):
+            lam, U = np.linalg.eigh(H)
+            big = 0.0
+            for j in range(n):
+                big = max(big, abs(lam[j]))
+            delta = 1e-8 * (1.0 + big)
+            for k in range(n):
+                p[k] = 0.0
+            for j in range(n):
+                c = 0.0
+                for k in range(n):
+                    c += U[k, j] * gf[k]
+                c /= max(abs(lam[j]), delta)
+                for k in range(n):
+                    p[k] -= U[k, j] * c
         slope = 0.0
         for k in range(n):
-            p[k] = 0.0
-        for j in range(n):
-            c = 0.0
-            for k in range(n):
-                c += U[k, j] * g[k // r, k % r]
-            c /= max(abs(lam[j]), delta)
-            for k in range(n):
-                p[k] -= U[k, j] * c
-        for k in range(n):
-            slope += p[k] * g[k // r, k % r]
+            slope += p[k] * gf[k]
         t = 1.0
         accepted = False
         ft = f
-        for _ in range(40):
+        for _ls in range(40):
             for k in range(n):
                 xt[k // r, k % r] = x[k // r, k % r] + t * p[k]
             ft = _obj_grad(xt, w, T, Vinv, s2, gp, M, S, W)
