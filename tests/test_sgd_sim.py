@@ -304,12 +304,15 @@ FAST_CASES = CASES + [
 ]
 
 
+@pytest.mark.parametrize("gamma", [0.3, 40.0])
 @pytest.mark.parametrize("head,act,L,kout,untied,B", FAST_CASES)
-def test_fast_kernel_matches_the_reference_kernel(head, act, L, kout, untied, B):
+def test_fast_kernel_matches_the_reference_kernel(head, act, L, kout, untied, B, gamma):
     """full_chunk_fast (block generator, fused passes, lazy scale) = full_chunk fed with the same
-    rows (fill_steps) up to round-off, and leaves the generator states where fill_steps does."""
+    rows (fill_steps) up to round-off, and leaves the generator states where fill_steps does.
+    gamma = 40 moves |w / sig| out of [1/2, 2] often (16 in-loop rescalings for the matrix
+    head), exercising the rescale branch of the lazy scale."""
     rng = np.random.default_rng(8)
-    d, n, gamma = 300, 40, 0.3
+    d, n = 300, 40
     k = B.shape[1]
     ustar, Qp = _random_frame(rng, d, k)
     R = L if untied else 1

@@ -608,6 +608,30 @@ def _upd_l2(w, g0, g1, u, q, c0, c1, cu, cq, d):
 
 
 @numba.njit(cache=True, fastmath=_FM)
+def _upd_l2_fwd(w, g0, g1, u, q, c0, c1, cu, cq, h0, h1, d):
+    """:func:`_upd_l2` fused with the next step's forward products: also returns
+    (h0 . u, h0 . w_new, h1 . u, h1 . w_new) for the next token rows h0, h1."""
+    nrm = 0.0
+    du = 0.0
+    dq = 0.0
+    a0 = 0.0
+    b0 = 0.0
+    a1 = 0.0
+    b1 = 0.0
+    for i in range(d):
+        v = w[i] - c0 * g0[i] - c1 * g1[i] - cu * u[i] - cq * q[i]
+        w[i] = v
+        nrm += v * v
+        du += v * u[i]
+        dq += v * q[i]
+        a0 += h0[i] * u[i]
+        b0 += h0[i] * v
+        a1 += h1[i] * u[i]
+        b1 += h1[i] * v
+    return nrm, du, dq, a0, b0, a1, b1
+
+
+@numba.njit(cache=True, fastmath=_FM)
 def _upd_row(w, g, u, cg, cu, d):
     """w <- w - cg g - cu u; returns (|w|^2, w . u)."""
     nrm = 0.0
@@ -671,16 +695,25 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
     sig = np.ones(R)
     fused = (not untied) and L == 2 and k <= 1
     qrow = Qp[0] if k >= 1 else ustar            # dummy direction when k = 0 (coefficient 0)
+    Gn = np.empty((L, dp)) if fused else Gp    # next step's rows (fused path)
+    araw = np.empty(L)                         # forward products G_l . u*, G_l . v (v = w / sig)
+    braw = np.empty(L)
     hit = -1
     loss_sum = 0.0
-    for t in range(n):
+    if fused and n > 0:
         BN.fill_rows(S, s, Gp, rb, rpos, rval)
+        for l in range(L):
+            araw[l], braw[l] = _dot2(Gp[l], ustar, W[0], d)
+    for t in range(n):
+        if not fused:
+            BN.fill_rows(S, s, Gp, rb, rpos, rval)
+            for l in range(L):
+                araw[l], braw[l] = _dot2(Gp[l], ustar, W[l if untied else 0], d)
         # ---- forward
         for l in range(L):
             r = l if untied else 0
-            a, b = _dot2(Gp[l], ustar, W[r], d)
-            a *= isd
-            b *= sig[r] * isd
+            a = araw[l] * isd
+            b = braw[l] * sig[r] * isd
             corr[l] = zstar[t, l] * isd - a
             zl = b + corr[l] * sd * C[r, 0]
             if not untied:
@@ -704,8 +737,17 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
                     cq = 0.0
                     if k == 1:
                         cq = gl * (delta[0] * Bpe[0, 0] + delta[1] * Bpe[1, 0])
-                    nrm, du, dq = _upd_l2(W[0], Gp[0], Gp[1], ustar, qrow, gl * delta[0],
-                                          gl * delta[1], cu, cq, d)
+                    if t + 1 < n:
+                        # draw the next rows now: the update pass then also gives their
+                        # forward products (one pass over w per step)
+                        BN.fill_rows(S, s, Gn, rb, rpos, rval)
+                        nrm, du, dq, araw[0], braw[0], araw[1], braw[1] = _upd_l2_fwd(
+                            W[0], Gp[0], Gp[1], ustar, qrow, gl * delta[0], gl * delta[1], cu,
+                            cq, Gn[0], Gn[1], d)
+                        Gp, Gn = Gn, Gp
+                    else:
+                        nrm, du, dq = _upd_l2(W[0], Gp[0], Gp[1], ustar, qrow, gl * delta[0],
+                                              gl * delta[1], cu, cq, d)
                     if k == 1:
                         dots[1] = dq
                 else:
@@ -728,6 +770,9 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
             if scale < 0.5 or scale > 2.0:
                 _scale(W[r], scale, d)
                 sig[r] = 1.0
+                if fused:
+                    braw[0] *= scale               # products were taken with v = w / scale
+                    braw[1] *= scale
             else:
                 sig[r] = scale
         if hit < 0 and _recovered(C, untied, eta2):
