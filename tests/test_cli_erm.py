@@ -76,6 +76,58 @@ def test_help_texts():
         assert e.value.code == 0
 
 
+def test_simulate_default_method_converges_and_matches_the_api(capsys):
+    # the default minimiser (nesterov) must converge (RMS gradient < tol) and report the API's
+    # numbers; the JSON fields are the contract
+    argv = ["erm", "simulate", "--alpha", "2", "--omega", "0.3", "--d", "60", "--seeds", "2",
+            "--json"]
+    code, d = run_json(capsys, argv)
+    assert code in (0, None)
+    for k in ("alpha", "omega", "d", "init", "seeds", "q", "m", "theta", "eps_t", "eps_g",
+              "q_err", "eps_t_err", "runs"):
+        assert k in d
+    from theory.simulate.erm_gd import simulate_gd
+
+    for run in d["runs"]:
+        assert run["status"] == "converged" and run["method"] == "nesterov"
+        assert run["grad_rms"] < 1e-6
+        r = simulate_gd(2.0, 0.3, 60, "semantic", run["seed"])
+        for k in ("q", "m", "theta", "eps_t", "eps_g", "iterations"):
+            assert run[k] == pytest.approx(getattr(r, k), rel=1e-12), k
+
+
+def test_gamp_json_contract(capsys):
+    code, d = run_json(capsys, ["erm", "gamp", "--alpha", "2", "--omega", "0.3", "--d", "60",
+                                "--seeds", "1", "--max-iter", "300", "--json"])
+    assert {"q", "m", "theta", "eps_t", "eps_g", "runs"} <= set(d)
+    assert {"V", "status", "iterations", "seed"} <= set(d["runs"][0])
+
+
+def test_phase_diagram_heatmap_is_the_simulated_delta_eps_t(tmp_path, capsys, monkeypatch):
+    # theory rows stubbed (the theory has its own tests; this checks the wiring): the heat map
+    # must equal eps_t(semantic init) - eps_t(positional init) of independent simulate_gd runs
+    rows = [dict(omega=0.3, alpha_c=1.25, alpha_l=1.5, eps_g_lin=0.002, alpha_l_branch="semantic",
+                 status="converged", message="")]
+    monkeypatch.setattr(ps, "phase_diagram", lambda omegas, p, **kw: [dict(rows[0])])
+    fig = tmp_path / "pd.png"
+    code, d = run_json(capsys, ["erm", "phase-diagram", "--omegas", "0.3", "--heatmap",
+                                "--d", "20", "--seeds", "1", "--heatmap-alphas", "1,2",
+                                "--plot", str(fig), "--sim-cache", str(tmp_path / "c.jsonl"),
+                                "--json"])
+    assert fig.exists() and fig.stat().st_size > 1000
+    h = d["heatmap"]
+    assert h["alphas"] == [1.0, 2.0] and h["omegas"] == [0.3] and h["d"] == 20
+    from theory.simulate.erm_gd import simulate_gd
+
+    for j, a in enumerate((1.0, 2.0)):
+        e = {i: simulate_gd(a, 0.3, 20, i, 0, method="lbfgs", tol=1e-7, n_test=10).eps_t
+             for i in ("semantic", "positional")}
+        assert h["delta_eps_t"][0][j] == pytest.approx(e["semantic"] - e["positional"],
+                                                       rel=1e-9, abs=1e-15)
+    code = main(["erm", "phase-diagram", "--omegas", "0.3", "--heatmap", "--A", "0.7,0.3,0.3,0.7"])
+    assert code == 2 and "reference A" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_transition_json_contract(capsys):
     code, d = run_json(capsys, ["erm", "transition", "--omega", "0.3", "--alphas", "1,1.25,1.5",

@@ -179,6 +179,7 @@ def cmd_phase_diagram(args):
     omegas = parse_range(args.omegas)
     for w in omegas:
         ps.ERMParams(omega=float(w))  # validate every ω up front
+    heat = _heatmap_setup(args, p)
     kw = _fp_kwargs(args)
     if args.alphas:
         kw["alphas"] = parse_range(args.alphas)
@@ -192,13 +193,49 @@ def cmd_phase_diagram(args):
         rows.extend(ps.phase_diagram([float(w)], p, **kw))
         if args.out:  # rewritten atomically after every ω: an interruption keeps the done rows
             atomic_write_text(args.out, _csv(rows, PD_COLUMNS))
-    if args.plot:
-        from theory.plots.erm_theory import plot_phase_diagram
+    payload = dict(rows=rows)
+    if heat is not None:
+        from theory.plots.erm import simulated_delta_eps_t
 
-        plot_phase_diagram(rows, p, args.plot)
+        mean, sem = simulated_delta_eps_t(
+            heat["alphas"], heat["omegas"], args.d, args.seeds, sigma=p.sigma, lam=p.lam,
+            method=args.sim_method, cache_path=args.sim_cache,
+            progress=not args.json and not args.no_progress)
+        heat.update(delta_eps_t=mean, delta_eps_t_err=sem, d=args.d, seeds=args.seeds,
+                    method=args.sim_method)
+        payload["heatmap"] = heat
+    if args.plot:
+        if heat is not None:
+            from theory.plots.erm_heatmap import plot_phase_heatmap
+
+            plot_phase_heatmap(rows, heat, p, args.plot)
+        else:
+            from theory.plots.erm_theory import plot_phase_diagram
+
+            plot_phase_diagram(rows, p, args.plot)
     text = "\n".join(f"omega={r['omega']:.4f} alpha_c={r['alpha_c']:.5f} "
                      f"alpha_l={r['alpha_l']:.5f} ({r['status']})" for r in rows)
-    emit(args, dict(rows=rows), text)
+    if heat is not None:
+        text += f"\nsimulated Δε_t = ε_t(semantic init) − ε_t(positional init), d={args.d}, " \
+                f"{args.seeds} seed(s), rows ω, columns α = {heat['alphas']}:"
+        for w, line in zip(heat["omegas"], heat["delta_eps_t"]):
+            text += f"\n  ω={w:.3f}: " + " ".join(f"{v:+.2e}" for v in line)
+    emit(args, payload, text)
+
+
+def _heatmap_setup(args, p):
+    """Validate the heat-map options; ``None`` without ``--heatmap``."""
+    if not args.heatmap:
+        return None
+    if np.abs(p.A_array - np.array([[0.6, 0.4], [0.4, 0.6]])).max() > 1e-12:
+        raise ValueError("--heatmap simulates the reference A = 0.6,0.4,0.4,0.6 only; drop --A")
+    if args.d < 2 or args.seeds < 1:
+        raise ValueError("--heatmap needs --d >= 2 and --seeds >= 1")
+    alphas = [float(a) for a in parse_range(args.heatmap_alphas)]
+    omegas = [float(w) for w in parse_range(args.heatmap_omegas or args.omegas)]
+    if min(alphas) <= 0:
+        raise ValueError("--heatmap-alphas must be > 0")
+    return dict(alphas=alphas, omegas=omegas)
 
 
 SIM_FIELDS = ("q", "m", "theta", "eps_t", "eps_g", "status", "iterations")
@@ -224,37 +261,40 @@ def _sim_common(p):
     add_json(p)
 
 
-def _A(args):
-    return _params(args).A_array
+def _run_seeds(args, run, extra=()):
+    """Run ``run(args, seed, A)`` for seeds 0..S-1; emit mean ± s.e. and every run."""
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    A = _params(args).A_array
+    runs = [run(args, s, A) for s in range(args.seeds)]
+    payload = dict(alpha=args.alpha, omega=args.omega, d=args.d, init=args.init,
+                   seeds=args.seeds, **_summarise(runs),
+                   runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + tuple(extra) + ("seed",)}
+                         for r in runs])
+    emit(args, payload)
+
+
+def _gd_run(args, seed, A):
+    from theory.simulate.erm_gd import simulate_gd
+
+    return simulate_gd(args.alpha, args.omega, args.d, args.init, seed, sigma=args.sigma,
+                       lam=args.lam, A=A, lr=args.lr, steps=args.steps, tol=args.tol,
+                       method=args.method)
+
+
+def _gamp_run(args, seed, A):
+    from theory.simulate.gamp import run_gamp
+
+    return run_gamp(args.alpha, args.omega, args.d, args.init, seed, sigma=args.sigma,
+                    lam=args.lam, A=A, max_iter=args.max_iter, mixing=args.mixing)
 
 
 def cmd_simulate(args):
-    from theory.simulate.erm_gd import simulate_gd
-
-    if args.seeds < 1:
-        raise ValueError("--seeds must be >= 1")
-    runs = [simulate_gd(args.alpha, args.omega, args.d, args.init, s, sigma=args.sigma,
-                        lam=args.lam, A=_A(args), lr=args.lr, steps=args.steps)
-            for s in range(args.seeds)]
-    payload = dict(alpha=args.alpha, omega=args.omega, d=args.d, init=args.init,
-                   seeds=args.seeds, **_summarise(runs),
-                   runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + ("seed",)} for r in runs])
-    emit(args, payload)
+    _run_seeds(args, _gd_run, ("method", "grad_rms"))
 
 
 def cmd_gamp(args):
-    from theory.simulate.gamp import run_gamp
-
-    if args.seeds < 1:
-        raise ValueError("--seeds must be >= 1")
-    runs = [run_gamp(args.alpha, args.omega, args.d, args.init, s, sigma=args.sigma,
-                     lam=args.lam, A=_A(args), max_iter=args.max_iter, mixing=args.mixing)
-            for s in range(args.seeds)]
-    payload = dict(alpha=args.alpha, omega=args.omega, d=args.d, init=args.init,
-                   seeds=args.seeds, **_summarise(runs),
-                   runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + ("V", "seed")}
-                         for r in runs])
-    emit(args, payload)
+    _run_seeds(args, _gamp_run, ("V",))
 
 
 # --------------------------------------------------------------------------- parser
@@ -318,17 +358,40 @@ def register(subparsers):
     p.add_argument("--out", help="CSV of the rows (rewritten atomically after every ω)")
     p.add_argument("--plot", help="write the phase diagram (PNG)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--heatmap", action="store_true",
+                   help="also simulate Δε_t = ε_t(semantic init) − ε_t(positional init) at "
+                        "finite d on an (α, ω) grid; --plot then draws it as a heat map under "
+                        "the theory lines, --json adds it as 'heatmap'")
+    p.add_argument("--d", type=int, default=100, help="heat map: token dimension (default 100)")
+    p.add_argument("--seeds", type=int, default=1, help="heat map: seeds 0..S-1 (default 1)")
+    p.add_argument("--heatmap-alphas", default="0.5:3:6",
+                   help="heat map α grid, START:STOP:N or a,b,c (default 0.5:3:6)")
+    p.add_argument("--heatmap-omegas", help="heat map ω grid (default: --omegas)")
+    p.add_argument("--sim-method", default="lbfgs", choices=("nesterov", "bb", "gd", "lbfgs"),
+                   help="heat map minimiser (default lbfgs, the figures' choice)")
+    p.add_argument("--sim-cache",
+                   help="heat map: JSONL cache of the runs (appended as they finish; an "
+                        "interrupted run resumes)")
     _quad_args(p)
     add_json(p)
     p.set_defaults(func=cmd_phase_diagram)
 
-    p = sub.add_parser("simulate", help="full-batch gradient descent at finite d (per seed)",
-                       description="Gradient descent on the empirical risk at dimension d; "
-                                   "mean ± standard error over seeds of q, m, theta, eps_t, "
-                                   "eps_g, plus every run.")
+    p = sub.add_parser("simulate", help="minimise the empirical risk at finite d (per seed)",
+                       description="Full-batch minimisation of the empirical risk at dimension "
+                                   "d; mean ± standard error over seeds of q, m, theta, eps_t, "
+                                   "eps_g, plus every run (status converged = RMS gradient "
+                                   "below --tol).")
     _sim_common(p)
-    p.add_argument("--lr", type=float, default=0.15, help="learning rate (default 0.15)")
-    p.add_argument("--steps", type=int, default=3000, help="maximal GD steps (default 3000)")
+    p.add_argument("--method", default="nesterov", choices=("nesterov", "bb", "gd", "lbfgs"),
+                   help="'nesterov' (default: accelerated GD, backtracked Lipschitz step, "
+                        "adaptive restart; ~50-100 iterations at d=1000), 'bb' (Barzilai-"
+                        "Borwein, non-monotone line search), 'gd' (plain GD with --lr: the "
+                        "spec's protocol, thousands of steps), 'lbfgs' (scipy)")
+    p.add_argument("--lr", type=float, default=0.15,
+                   help="learning rate of --method gd (default 0.15)")
+    p.add_argument("--steps", type=int, default=3000, help="maximal iterations (default 3000)")
+    p.add_argument("--tol", type=float, default=1e-6,
+                   help="stop when the RMS gradient |∇L|/√d < tol (default 1e-6)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("gamp", help="GAMP at finite d (per seed)",

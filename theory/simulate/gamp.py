@@ -44,9 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from theory._util import as_rng
+from theory.gauss import cov_root
+from theory.models import positional_semantic as ps
 from theory.results import Result
-from theory.simulate.erm_data import attention2, check_params, sample_loss_hess, sigmoid
-from theory.simulate.erm_gd import initial_weights, make_problem, overlaps, risk, test_error
+from theory.simulate.erm_data import CHANNELS, attention2, check_params, sample_loss_hess, sigmoid
+from theory.simulate.erm_gd import FiniteDResult, evaluate, initial_weights, make_problem
 
 # --------------------------------------------------------------------------- the prox
 
@@ -183,84 +185,123 @@ def _finish(x, w, V, kappa, astar, bstar) -> Prox:
 # --------------------------------------------------------------------------- GAMP
 
 POSITIONAL_M0 = 0.2
+SIGNS = np.array([1.0, -1.0])  # s_l of the positional encodings
+DIVERGENCES = ("jacobian", "stein")
+
+
+def stein_hats(wc, hstar, g, q, theta, rho, alpha, vhat_jac):
+    """``(Vhat, thetahat)`` from Stein's lemma in distribution form (jumps of g included).
+
+    ``wc`` centred student fields, ``hstar`` teacher fields, ``g`` messages, all ``(N, 2)``
+    with ``(wc_l, h*_l)`` Gaussian of covariance ``Sigma = [[q, theta], [theta, rho]]``:
+    ``E[Y g] = Sigma E[grad g]`` gives ``(-Vhat, thetahat) = alpha Sigma^-1 E[sum_l Y_l g_l]``.
+    When the two fields are (nearly) collinear, ``1 - theta^2/(q rho) < 1e-6`` (e.g. Q = Q*),
+    Stein only fixes ``q Vhat - theta thetahat``: ``Vhat`` is then the per-sample Jacobian
+    value ``vhat_jac`` and ``thetahat`` follows from the combination.
+    """
+    e_w = np.mean((wc * g).sum(-1))
+    if 1.0 - theta * theta / (q * rho) < 1e-6:
+        return vhat_jac, (alpha * e_w + q * vhat_jac) / theta
+    S = np.array([[q, theta], [theta, rho]])
+    beta = alpha * np.linalg.solve(S, [e_w, np.mean((hstar * g).sum(-1))])
+    return -beta[0], beta[1]
 
 
 @dataclass(frozen=True, kw_only=True)
-class GAMPResult(Result):
-    """GAMP at finite d.  ``history`` = dict of per-iteration arrays (q, m, theta, V, ...)."""
+class GAMPResult(FiniteDResult):
+    """GAMP at finite d.  ``history`` = dict of per-iteration arrays (q, m, theta, V, ...);
+    ``m`` and ``theta`` in the history are signed (the result fields are absolute values)."""
 
-    alpha: float
-    omega: float
-    d: int
-    n: int
-    seed: int
-    init: str
-    q: float
-    m: float
-    theta: float
-    theta_over_sigma2: float
-    m_over_sigma2: float
     V: float
     Vhat: float
-    eps_t: float
-    eps_g: float
-    eps_g_err: float
-    grad_rms: float
-    iterations: int
     stability: float
     channel: str = "exact"
+
+
+def initial_gamp_weights(init, problem, seed, init_scale=None):
+    """GAMP's ``Qhat_0``: as :func:`~theory.simulate.erm_gd.initial_weights`, except that
+    "positional" without ``init_scale`` is ``0.2 1_d`` (m = 0.2, the spec §4 start)."""
+    if init == "positional" and init_scale is None:
+        return np.full(problem.d, POSITIONAL_M0)
+    return initial_weights(init, problem.teacher, seed,
+                           init_scale=1.0 if init_scale is None else init_scale)
+
+
+def _effective_prox(w, V, hstar, params):
+    """Global prox of the large-d channel (E1's numba kernel), as a :class:`Prox`."""
+    r = ps.prox(w, hstar, V, params)
+    return Prox(x=r.x, jac=r.jac, value=r.value)
 
 
 def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A=None,
              max_iter=400, mixing=0.3, tol=1e-6, V0=10.0, channel="exact", n_test=10_000,
              init_scale=None, problem=None, Q0=None, return_weights=False, prox_mode="auto",
-             n_global=30):
+             n_global=30, divergence="jacobian"):
     """Run GAMP on one seed's data (same teacher/data as :func:`simulate_gd` with that seed).
 
-    ``mixing`` = weight of the new (Qhat, V) in the damped update; convergence when the
-    undamped relative change of Qhat and of V are both below ``tol``.  Reported: overlaps of
-    Qhat (absolute values of m, theta), V, Vhat, ``eps_t = L(Qhat)/d`` (the empirical risk at
-    the GAMP estimate), ``eps_g`` on fresh samples, ``grad_rms = |grad L(Qhat)|/sqrt(d)``.
-    With ``return_weights=True`` returns ``(result, Qhat)``.
+    Damping (``mixing`` = weight of the new iterate): ``Qhat``, ``V`` and the Onsager term
+    ``O`` are damped, ``O_t = mixing V_new g_t + (1 - mixing) O_{t-1}``, so that the field
+    ``w_t = X Qhat_{t-1}/sqrt(d) - O_{t-1}`` carries the Onsager correction of every earlier
+    ``Qhat`` that the damped ``Qhat_{t-1}`` is a combination of; the messages ``g`` are not
+    damped.  This is an AMP iteration with memory whose state evolution is
+    :func:`state_evolution` (exact, two-time), and whose fixed points are those of the undamped
+    GAMP.  Convergence when the undamped relative change of Qhat and of V are both < ``tol``.
 
+    Reported: overlaps of Qhat (absolute values of m, theta), V, Vhat, ``eps_t = L(Qhat)/d``
+    (the empirical risk at the GAMP estimate), ``eps_g`` on fresh samples,
+    ``grad_rms = |grad L(Qhat)|/sqrt(d)``.  With ``return_weights=True`` returns
+    ``(result, Qhat)``.
+
+    ``channel``: "exact" (finite-d per-sample loss; fixed points are exactly stationary points
+    of L) or "effective" (the large-d channel of spec §3, the one the state evolution follows).
     ``prox_mode``: "global" (global minimiser of every sample's prox, as in the state
     evolution), "warm" (Newton from the previous iterate's prox: the local minimiser, which
     keeps the map continuous), "auto" (global for the first ``n_global`` iterations, then warm).
-    Where a sample's global prox minimiser jumps between basins the global map is
-    discontinuous and GAMP can lock into a cycle; the warm prox removes it.  Any of them has
-    the same fixed-point property (a stationary point of L with the exact channel).
 
-    Initialisations ("near each branch"): "semantic" Qhat = Q* (theta = sigma^2, m ~ 0),
-    "positional" Qhat = 0.2 1_d (m = 0.2, theta ~ 0; spec §4) unless ``init_scale`` is given
-    (then Qhat = init_scale 1_d/sqrt(d) as for gradient descent), "random" 0.1 N(0, 1);
-    ``V0`` the initial V.  At Qhat ~ 0 the local curvature is negative (Vhat < -lam/sigma^2):
-    the update then uses Vhat = 0 (see above).
+    ``divergence``: how Vhat (the divergence of g, which sets the Onsager terms) is estimated.
+    "jacobian" (default; uses the data only): the mean per-sample Jacobian of the prox.  Where
+    a sample's global prox minimiser jumps between basins g is discontinuous, and the mean of
+    the per-sample derivatives misses the jump part of the divergence (6 % of Vhat on the
+    positional branch at alpha = 2, omega = 0.3): the Onsager terms are then slightly wrong and
+    GAMP leaves its state evolution (its fixed points are unchanged).  "stein" (an oracle that
+    uses the teacher fields h*, which the simulator knows): Stein's lemma in distribution form,
+    ``(-Vhat, thetahat) = alpha Sigma^{-1} mean_mu[sum_l (w_c, h*)_l g_l]`` with
+    ``Sigma = [[q, theta], [theta, rho]]`` and ``w_c = w - s m``, which includes the jumps;
+    this is the GAMP whose state evolution is :func:`state_evolution`.
+
+    Initialisations: "semantic" Qhat = Q* (theta = sigma^2, m ~ 0), "positional" Qhat = 0.2 1_d
+    (m = 0.2, theta ~ 0; spec §4) unless ``init_scale`` is given (then init_scale 1_d/sqrt(d)
+    as for gradient descent), "random" 0.1 N(0, 1); ``V0`` the initial V.  Where the local
+    curvature is negative (Vhat < 0, early iterations) the update uses max(Vhat, 0) in b and in
+    lam + sigma^2 Vhat (any value used consistently keeps the fixed-point property).
     """
     sigma, lam, A = check_params(alpha=alpha, omega=omega, d=d, sigma=sigma, lam=lam, A=A)
     if not (0 < mixing <= 1):
         raise ValueError(f"mixing must lie in (0, 1], got {mixing!r}")
+    if channel not in CHANNELS:
+        raise ValueError(f"channel must be one of {CHANNELS}, got {channel!r}")
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
+    if prox_mode not in ("global", "warm", "auto"):
+        raise ValueError(f"prox_mode must be 'global', 'warm' or 'auto', got {prox_mode!r}")
     if problem is None:
         problem = make_problem(alpha, omega, d, seed, sigma=sigma, A=A, n_test=n_test)
     data, teacher = problem.train, problem.teacher
     d = problem.d
     s2 = sigma**2
     ch = data.channel(channel, sigma)
-    if Q0 is not None:
-        Q = np.array(Q0, float)
-    elif init == "positional" and init_scale is None:
-        Q = np.full(d, POSITIONAL_M0)  # m = 0.2, the spec's natural positional start (§4)
-    else:
-        Q = initial_weights(init, teacher, seed,
-                            init_scale=1.0 if init_scale is None else init_scale)
+    params = ps.ERMParams(sigma=sigma, lam=lam, omega=omega, A=A) \
+        if channel == "effective" else None
+    Q = np.array(Q0, float) if Q0 is not None else initial_gamp_weights(init, problem, seed,
+                                                                        init_scale)
     V = float(V0)
-    g_prev = np.zeros((data.n, 2))
+    O = np.zeros((data.n, 2))  # damped Onsager term
     x_prev = data.fields(Q)
     hist = {k: [] for k in ("q", "m", "theta", "V", "Vhat", "residual", "stability")}
     status, it, Vhat, stab, n_clipped = "max_iter", 0, np.nan, np.nan, 0
 
     def record(Q, V, Vhat, res, stab=np.nan):
-        ov = overlaps(Q, teacher)
-        hist["q"].append(ov["q"])
+        hist["q"].append(s2 * (Q @ Q) / d)
         hist["m"].append(Q.sum() / d)
         hist["theta"].append(s2 * (teacher.qstar @ Q) / d)
         hist["V"].append(V)
@@ -270,34 +311,35 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
 
     record(Q, V, np.nan, np.nan)
     for it in range(1, int(max_iter) + 1):
-        w = data.fields(Q) - V * g_prev
+        w = data.fields(Q) - O
         warm = prox_mode == "warm" or (prox_mode == "auto" and it > n_global)
-        px = prox(w, V, *ch[:3], x_start=x_prev if warm else None)
+        if params is not None and not warm:
+            px = _effective_prox(w, V, data.hstar, params)
+        else:
+            px = prox(w, V, *ch[:3], x_start=x_prev if warm else None)
         x_prev = px.x
         g = (px.x - w) / V
-        if it > 1:  # damp the output messages too: removes the Onsager-driven 2-cycles
-            g = mixing * g + (1 - mixing) * g_prev
         Vhat = -(np.trace(px.jac, axis1=1, axis2=2) - 2).sum() / (V * d)
-        dg = (px.jac - np.eye(2)) / V  # d g / d w, (n, 2, 2)
+        if divergence == "stein":
+            q, m, th = hist["q"][-1], hist["m"][-1], hist["theta"][-1]
+            Vhat, _ = stein_hats(w - SIGNS * m, data.hstar, g, q, th, teacher.rho, data.n / d,
+                                 Vhat)
         if not np.isfinite(Vhat):
             status = "nan"
             break
-        # Non-convex loss: Vhat can turn negative far from a fixed point.  The update uses
-        # max(Vhat, 0) (V <= sigma^2/lam); any Vhat used consistently in b and in the
-        # denominator keeps the fixed-point property lam Qhat = -grad sum_mu l_mu.
-        if Vhat < 0:
-            n_clipped += 1
+        n_clipped += Vhat < 0
         Vh = max(Vhat, 0.0)
-        b = data.backproject(g) + s2 * Vh * Q
-        Q_new = b / (lam + s2 * Vh)
-        V_new = s2 / (lam + s2 * Vh)
+        D = lam + s2 * Vh
+        Q_new = (data.backproject(g) + s2 * Vh * Q) / D
+        V_new = s2 / D
         # replicon (AT-type) stability of the fixed point: GAMP converges only if < 1
+        dg = (px.jac - np.eye(2)) / V  # d g / d w, (n, 2, 2)
         stab = V_new**2 * (dg**2).sum() / d
         res = max(np.linalg.norm(Q_new - Q) / max(np.linalg.norm(Q), 1e-300),
                   abs(V_new - V) / V)
         Q = mixing * Q_new + (1 - mixing) * Q
+        O = mixing * V_new * g + (1 - mixing) * O
         V = mixing * V_new + (1 - mixing) * V
-        g_prev = g
         record(Q, V, Vhat, res, stab)
         if not np.all(np.isfinite(Q)):
             status = "nan"
@@ -305,21 +347,17 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         if res < tol:
             status = "converged"
             break
-    L, grad = risk(Q, data, lam)
-    eps_g, eps_g_err = test_error(Q, problem)
-    ov = overlaps(Q, teacher)
+    fields = evaluate(Q, problem, lam, seed=seed, init=init)
     out = GAMPResult(
-        alpha=float(alpha), omega=float(omega), d=d, n=data.n, seed=int(seed), init=init,
-        V=V, Vhat=float(Vhat), eps_t=L / d, eps_g=eps_g, eps_g_err=eps_g_err,
-        grad_rms=np.linalg.norm(grad) / np.sqrt(d), iterations=it, channel=channel,
-        stability=float(stab),
+        V=V, Vhat=float(Vhat), iterations=it, channel=channel, stability=float(stab),
         status=status, message=f"GAMP ({channel} channel): {status} after {it} iterations",
         history={k: np.array(v) for k, v in hist.items()},
         params=dict(alpha=float(alpha), omega=float(omega), d=d, sigma=sigma, lam=lam,
                     A=A.tolist(), init=init, seed=int(seed), mixing=mixing, tol=tol, V0=V0,
-                    max_iter=max_iter, channel=channel, prox_mode=prox_mode, n_global=n_global),
-        metadata=dict(method="gamp", n_vhat_clipped=n_clipped),
-        **ov,
+                    max_iter=max_iter, channel=channel, prox_mode=prox_mode, n_global=n_global,
+                    divergence=divergence),
+        metadata=dict(method="gamp", n_vhat_clipped=int(n_clipped)),
+        **fields,
     )
     return (out, Q) if return_weights else out
 
@@ -327,78 +365,214 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
 # --------------------------------------------------------------------------- state evolution
 
 
-@dataclass(frozen=True)
-class SEState:
-    q: float
-    m: float
-    theta: float
-    V: float
+def instance_gram(problem, Q0) -> np.ndarray:
+    """Gram matrix ``G[i, j] = e_i . e_j / d`` of the basis ``(1_d, Q*, Q0)`` of one instance:
+    the exact initial overlaps for :func:`state_evolution` (the "matching initialisation")."""
+    E = np.stack([np.ones(problem.d), problem.teacher.qstar, np.asarray(Q0, float)])
+    return E @ E.T / problem.d
 
 
-def se_step(state: SEState, alpha, omega, *, sigma=0.5, lam=0.01, A=None, n_mc=100_000,
-            rng=0, rho=None):
-    """One undamped step of the spec §3 state equations, expectations by Monte Carlo.
+def large_d_gram(init: str, *, sigma=0.5, rho=None) -> np.ndarray:
+    """Gram of ``(1_d, Q*, Q0)`` as d -> infinity for GAMP's initialisations (rho = sigma^2):
+    semantic Q0 = Q*, positional Q0 = 0.2 1_d, random Q0 = 0.1 N(0, I)."""
+    r = (sigma**2 if rho is None else rho) / sigma**2  # |Q*|^2/d
+    if init == "semantic":
+        return np.array([[1, 0, 0], [0, r, r], [0, r, r]], float)
+    if init == "positional":
+        m0 = POSITIONAL_M0
+        return np.array([[1, 0, m0], [0, r, 0], [m0, 0, m0 * m0]], float)
+    if init == "random":
+        return np.diag([1.0, r, 0.01])
+    raise ValueError(f"init must be 'semantic', 'positional' or 'random', got {init!r}")
 
-    Returns ``(new_state, hats)``; ``hats = dict(qhat, mhat, thetahat, Vhat)`` (with standard
-    errors ``*_err``).  ``rho`` defaults to sigma^2 (pass the finite-d ``sigma^2|Q*|^2/d`` to
-    follow one GAMP instance).
+
+@dataclass(frozen=True, kw_only=True)
+class SEResult(Result):
+    """State evolution of damped GAMP: ``history`` = per-iteration arrays ``q, m, theta, V``
+    (index 0 = the initialisation, as in :class:`GAMPResult`) and ``Vhat, Vhat_stein, mhat,
+    thetahat, qhat`` (index t = the t-th iteration's hats)."""
+
+    n_pop: int
+    mixing: float
+
+
+def state_evolution(alpha, omega, n_iter, *, gram, V0=10.0, mixing=0.3, sigma=0.5, lam=0.01,
+                    A=None, n_pop=100_000, rng=0, divergence="stein") -> SEResult:
+    """State evolution of :func:`run_gamp` (effective channel, global prox), ANY ``mixing``.
+
+    Why two-time: damping mixes vectors, ``Qhat_t = mixing Qnew_t + (1 - mixing) Qhat_{t-1}``,
+    so ``q_t = sigma^2 |Qhat_t|^2/d`` contains the cross-overlap ``Qnew_t . Qhat_{t-1}``: the
+    damped one-time map ``q <- mixing q_new + (1 - mixing) q`` (:func:`state_evolution_onetime`)
+    is right only for ``mixing = 1`` or at a fixed point.  The cross-overlaps need the
+    correlations ``Chat_ts = alpha E[g_t . g_s]`` of the messages at different times, i.e. the
+    joint law of the fields of all iterations.
+
+    Large-d picture (AMP with memory).  Every vector is a combination of the basis
+    ``(1_d, Q*, Q0)`` (Gram ``gram``, e.g. :func:`instance_gram` or :func:`large_d_gram`) and of
+    Gaussian noise vectors ``zeta_1, zeta_2, ...`` orthogonal to it with
+    ``zeta_t . zeta_s / d = sigma^2 Chat_ts``.  Iteration t::
+
+        b_t = mhat_t 1 + sigma^2 thetahat_t Q* + zeta_t + sigma^2 (Vhat_t - Vhat_t^true) Qhat_{t-1}
+        Qhat_t = mixing b_t / D_t + (1 - mixing) Qhat_{t-1},   D_t = lam + sigma^2 Vhat_t,
+        V_t = mixing sigma^2 / D_t + (1 - mixing) V_{t-1}
+
+    where ``Vhat_t`` is what GAMP uses (``divergence``: "stein" = Vhat^true, "jacobian" = the
+    mean per-sample Jacobian; clipped at 0) and
+    ``Vhat^true, thetahat`` are the coefficients of the backprojection's reaction along
+    ``Qhat_{t-1}`` and ``Q*`` (Stein's lemma in distribution form: they include the jumps of the
+    global prox, which the per-sample Jacobian misses).  The centred fields of a token
+    ``(h*, w_1, w_2, ...)`` are jointly Gaussian with covariance ``sigma^2 u.v/d`` of the
+    generating vectors, plus the means ``s_l m``.
+
+    The expectations are Monte Carlo over a population of ``n_pop`` samples (two tokens each)
+    whose Gaussian coordinates are extended every iteration by exact conditional sampling
+    (incremental QR of the message matrix: the new coordinate's covariance with all earlier
+    ones is exactly the empirical ``Chat``).  Statistical error ~ 1/sqrt(n_pop) relative.
     """
     sigma, lam, A = check_params(alpha=alpha, omega=omega, sigma=sigma, lam=lam, A=A)
+    if not (0 < mixing <= 1):
+        raise ValueError(f"mixing must lie in (0, 1], got {mixing!r}")
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
+    G = np.asarray(gram, float)
+    if G.shape != (3, 3):
+        raise ValueError(f"gram must be the 3x3 Gram matrix of (1, Q*, Q0), got {G.shape}")
     s2 = sigma**2
-    rho = s2 if rho is None else float(rho)
-    q, m, th, V = state.q, state.m, state.theta, state.V
+    rho = s2 * G[1, 1]
+    params = ps.ERMParams(sigma=sigma, lam=lam, omega=omega, A=A, rho=rho)
     rng = as_rng(rng)
-    # antithetic symmetrisation: (xi, eta), (xi, -eta) and the token swap of both, so that
-    # thetahat = 0 exactly at theta = 0 (T is even in h*) and mhat = 0 exactly at m = 0
-    k = max(1, int(n_mc) // 4)
-    xi = rng.standard_normal((k, 2))
-    eta = rng.standard_normal((k, 2))
-    xi = np.concatenate([xi, xi, xi[:, ::-1], xi[:, ::-1]])
-    eta = np.concatenate([eta, -eta, eta[:, ::-1], -eta[:, ::-1]])
-    n_mc = 4 * k
-    resid = rho - th**2 / q
-    if resid < -1e-9 * rho:
-        raise ValueError(f"rho - theta^2/q = {resid:.3g} must stay positive")
-    # Q = Q* gives resid = 0; the antithetic pairs (eta, -eta) keep thetahat finite and
-    # accurate as resid -> 0 (E[g eta] = O(sqrt(resid)))
-    resid = max(resid, 1e-12 * rho)
-    s = np.array([1.0, -1.0])
-    w = np.sqrt(q) * xi + s * m
-    hs = th / np.sqrt(q) * xi + np.sqrt(resid) * eta
-    a_t, b_t = attention2(hs)
-    t1 = (1 - omega) * a_t + omega * A[0, 0]
-    t2 = (1 - omega) * b_t + omega * A[1, 1]
-    px = prox(w, V, np.full(n_mc, s2), t1, t2)
-    g = (px.x - w) / V
+    N, T = int(n_pop), int(n_iter)
+    sgn = SIGNS
+    # Gaussian coordinates of the basis for every (sample, token): cov sigma^2 G
+    Yb = rng.standard_normal((N, 2, 3)) @ cov_root(s2 * G).T
+    hstar = Yb[:, :, 1]
+    # noise coordinates: Yz[:, :, r] = sum_k Lz[r, k] eps[:, :, k], Lz lower triangular
+    eps = np.empty((N, 2, T))
+    Yz = np.empty((N, 2, T))
+    Lz = np.zeros((T, T))
+    Qb = np.empty((2 * N, T))  # orthonormal basis of the message vectors g_1..g_t
+    # the damped iterate Qhat = u . (1, Q*, Q0) + k . zeta
+    u, k = np.array([0.0, 0.0, 1.0]), np.zeros(T)
+    V = float(V0)
+    hist = {key: [] for key in ("q", "m", "theta", "V", "Vhat", "Vhat_stein", "mhat",
+                                "thetahat", "qhat")}
+    Cz = np.zeros((T, T))  # sigma^2 Chat (Gram of the zeta's)
 
-    def mean(v):  # standard error from the k independent groups of 4
-        v = v.reshape(4, k).mean(0)
-        return v.mean(), v.std(ddof=1) / np.sqrt(k)
+    def overl(u, k, t):
+        Gu = G @ u
+        return dict(q=s2 * (u @ Gu + k[:t] @ Cz[:t, :t] @ k[:t]), m=Gu[0], theta=s2 * Gu[1])
 
-    qhat = alpha * np.array(mean((g**2).sum(-1)))
-    mhat = alpha * np.array(mean((s * g).sum(-1)))
-    thhat = alpha * np.array(mean((g * eta).sum(-1))) / np.sqrt(resid)
-    Vhat = -(alpha / np.sqrt(q)) * np.array(mean((g * xi).sum(-1)))
-    Vhat[0] += th * thhat[0] / q
-    D = lam + s2 * Vhat[0]
-    new = SEState(q=s2 * (s2 * qhat[0] + mhat[0] ** 2 + s2 * rho * thhat[0] ** 2) / D**2,
-                  m=mhat[0] / D, theta=s2 * rho * thhat[0] / D, V=s2 / D)
-    hats = dict(qhat=qhat[0], mhat=mhat[0], thetahat=thhat[0], Vhat=Vhat[0],
-                qhat_err=qhat[1], mhat_err=mhat[1], thetahat_err=thhat[1], Vhat_err=Vhat[1])
-    return new, hats
+    def record(u, k, t, V, **hats):
+        o = overl(u, k, t)
+        for key in ("q", "m", "theta"):
+            hist[key].append(o[key])
+        hist["V"].append(V)
+        for key in ("Vhat", "Vhat_stein", "mhat", "thetahat", "qhat"):
+            hist[key].append(hats.get(key, np.nan))
+
+    record(u, k, 0, V)
+    status = "ok"
+    for t in range(T):
+        o = overl(u, k, t)
+        wc = Yb @ u + (Yz[:, :, :t] @ k[:t] if t else 0.0)  # centred fields (N, 2)
+        w = wc + sgn * o["m"]
+        px = ps.prox(w, hstar, V, params)
+        g = (px.x - w) / V
+        if not np.all(np.isfinite(g)):
+            status = "nan"
+            break
+        mhat = alpha * np.mean((g * sgn).sum(-1))
+        Vhat = -(alpha / V) * np.mean(np.trace(px.jac, axis1=1, axis2=2) - 2)
+        Vhat_true, thetahat = stein_hats(wc, hstar, g, o["q"], o["theta"], rho, alpha, Vhat)
+        if divergence == "stein":
+            Vhat = Vhat_true
+        # messages: extend the orthonormal basis (two Gram-Schmidt passes), new row of Lz
+        gv = g.reshape(-1)
+        c = Qb[:, :t].T @ gv
+        r = gv - Qb[:, :t] @ c
+        c2 = Qb[:, :t].T @ r
+        r -= Qb[:, :t] @ c2
+        c += c2
+        nr = np.linalg.norm(r)
+        Qb[:, t] = r / nr if nr > 1e-13 * np.linalg.norm(gv) else 0.0
+        scale = s2 * np.sqrt(alpha / N)  # zeta coordinates: cov sigma^4 Chat = sigma^4 a/N g.g
+        Lz[t, :t] = scale * c
+        Lz[t, t] = scale * nr
+        eps[:, :, t] = rng.standard_normal((N, 2))
+        Yz[:, :, t] = eps[:, :, : t + 1] @ Lz[t, : t + 1]
+        Cz[: t + 1, t] = Cz[t, : t + 1] = (Lz[: t + 1, : t + 1] @ Lz[t, : t + 1]) / s2
+        Vh = max(Vhat, 0.0)
+        D = lam + s2 * Vh
+        # b_t = mhat 1 + sigma^2 thetahat Q* + zeta_t + sigma^2 (Vh - Vhat_true) Qhat_{t-1}
+        ub = np.array([mhat, s2 * thetahat, 0.0]) + s2 * (Vh - Vhat_true) * u
+        kb = s2 * (Vh - Vhat_true) * k
+        kb[t] += 1.0
+        u = mixing * ub / D + (1 - mixing) * u
+        k = mixing * kb / D + (1 - mixing) * k
+        V = mixing * s2 / D + (1 - mixing) * V
+        record(u, k, t + 1, V, Vhat=Vhat, Vhat_stein=Vhat_true, mhat=mhat, thetahat=thetahat,
+               qhat=alpha * np.mean((g * g).sum(-1)))
+    return SEResult(
+        n_pop=N, mixing=float(mixing), status=status,
+        message=f"two-time state evolution, {len(hist['q']) - 1} iterations, "
+                f"population {N}",
+        history={key: np.array(v) for key, v in hist.items()},
+        params=dict(alpha=float(alpha), omega=float(omega), sigma=sigma, lam=lam,
+                    A=A.tolist(), V0=V0, mixing=mixing, gram=G.tolist(), n_iter=T,
+                    divergence=divergence),
+        metadata=dict(method="population Monte Carlo, incremental QR"))
 
 
-def state_evolution(state0: SEState, alpha, omega, n_iter, **kw) -> dict:
-    """``n_iter`` undamped steps of :func:`se_step`; returns per-iteration arrays."""
-    out = {k: [getattr(state0, k)] for k in ("q", "m", "theta", "V")}
-    st = state0
-    seed = kw.pop("rng", 0)
-    for t in range(int(n_iter)):
-        st, _ = se_step(st, alpha, omega, rng=np.random.SeedSequence([int(seed), t]), **kw)
-        for k in out:
-            out[k].append(getattr(st, k))
-    return {k: np.array(v) for k, v in out.items()}
+def tracking(alpha, omega, d, seed=0, init="semantic", *, n_iter=30, mixing=0.3, V0=10.0,
+             divergence="jacobian", n_pop=50_000, sigma=0.5, lam=0.01, A=None,
+             problem=None) -> dict:
+    """GAMP (effective channel, global prox) on one instance and its two-time state evolution
+    from the matching initialisation (the instance's Gram of ``(1, Q*, Q0)``).
+
+    Returns ``dict(gamp=history, se=history, dev=dict(q=.., m=.., theta=.., V=..))`` with
+    ``dev[k]`` = max over iterations 1..n_iter of |GAMP - SE| (V relative).
+    """
+    if problem is None:
+        problem = make_problem(alpha, omega, d, seed, sigma=sigma, A=A, n_test=2)
+    r = run_gamp(alpha, omega, d, init, seed, sigma=sigma, lam=lam, A=A, problem=problem,
+                 mixing=mixing, max_iter=n_iter, tol=0.0, V0=V0, channel="effective",
+                 prox_mode="global", divergence=divergence)
+    G = instance_gram(problem, initial_gamp_weights(init, problem, seed))
+    se = state_evolution(alpha, omega, n_iter, gram=G, V0=V0, mixing=mixing, sigma=sigma,
+                         lam=lam, A=A, n_pop=n_pop, rng=np.random.SeedSequence([seed, d, 7]),
+                         divergence=divergence)
+    hg, hs = r.history, se.history
+    t = min(len(hg["q"]), len(hs["q"]))
+    dev = {k: float(np.max(np.abs(hg[k][1:t] - hs[k][1:t]))) for k in ("q", "m", "theta")}
+    dev["V"] = float(np.max(np.abs(hg["V"][1:t] / hs["V"][1:t] - 1)))
+    return dict(gamp=hg, se=hs, dev=dev, status=(r.status, se.status))
 
 
-__all__ = ["prox", "Prox", "run_gamp", "GAMPResult", "se_step", "state_evolution", "SEState",
-           "sigmoid"]
+def state_evolution_onetime(state0: dict, alpha, omega, n_iter, *, mixing=1.0, sigma=0.5,
+                            lam=0.01, A=None, rho=None, rule=None) -> dict:
+    """The damped one-time iteration of the state equations in the overlaps,
+    ``(q, m, theta, V) <- mixing F(q, m, theta, V) + (1 - mixing) (q, m, theta, V)``, with E1's
+    public ``channel`` / ``hats_from_channel`` / ``overlaps_from_hats`` (split quadrature).
+
+    This is the state evolution of GAMP only for ``mixing = 1`` (or at a fixed point): damped
+    GAMP mixes vectors and its q picks up cross-overlaps (see :func:`state_evolution`).
+    Returns per-iteration arrays (index 0 = ``state0``).
+    """
+    sigma, lam, A = check_params(alpha=alpha, omega=omega, sigma=sigma, lam=lam, A=A)
+    p = ps.ERMParams(sigma=sigma, lam=lam, omega=omega, A=A, rho=rho)
+    rule = ps.make_rule("split") if rule is None else rule
+    x = {key: float(state0[key]) for key in ("q", "m", "theta", "V")}
+    out = {key: [x[key]] for key in x}
+    for _ in range(int(n_iter)):
+        th = min(x["theta"], np.sqrt(p.rho * x["q"]) * (1 - 1e-9))  # keep rho - theta^2/q > 0
+        ch = ps.channel(x["q"], x["m"], th, x["V"], p, rule, symmetry=False)
+        h = ps.hats_from_channel(alpha, x["q"], x["m"], th, x["V"], ch, p)
+        new = ps.overlaps_from_hats(h["qhat"], h["mhat"], h["thetahat"], max(h["Vhat"], 0.0), p)
+        x = {key: mixing * new[key] + (1 - mixing) * x[key] for key in x}
+        for key in x:
+            out[key].append(x[key])
+    return {key: np.array(v) for key, v in out.items()}
+
+
+__all__ = ["prox", "Prox", "run_gamp", "GAMPResult", "state_evolution", "SEResult",
+           "state_evolution_onetime", "instance_gram", "tracking", "large_d_gram", "sigmoid"]
