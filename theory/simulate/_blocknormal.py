@@ -169,10 +169,11 @@ def _block(S, ob, rb, base, rpos, rval, nrej):
 
     Fast-path rejects are written as NaN and recorded as (flat position ``base + p``, candidate
     r) in ``rpos``/``rval`` from index ``nrej``; returns the new count.  A block holds a reject
-    with probability ~0.3: it is found by the NaN of the block sum (a vectorised reduction;
-    ``reassoc`` only, NaN semantics are kept) and then located by a scalar scan.  ``rb`` (NB,)
-    uint64 scratch.  The rejects are completed later, in order, by :func:`_complete`
-    (completing them in a batch is ~5x cheaper than one at a time inside the scan)."""
+    with probability ~0.3: it is found by the NaN of the sum of each half-block (vectorised
+    reductions; ``reassoc`` only, NaN semantics are kept) and located by a scalar scan of that
+    half.  ``rb`` (NB,) uint64 scratch.  The rejects are completed later, in order, by
+    :func:`_complete` (completing them in a batch is ~5x cheaper than one at a time inside the
+    scan: measured)."""
     nl = S.shape[1]
     s0a = S[0]
     s1a = S[1]
@@ -183,6 +184,7 @@ def _block(S, ob, rb, base, rpos, rval, nrej):
     rb0 = rb[:nl]
     rb1 = rb[nl:2 * nl]
     chk = 0.0
+    chk1 = 0.0
     for j in range(nl):
         s0 = s0a[j]
         s1 = s1a[j]
@@ -212,21 +214,28 @@ def _block(S, ob, rb, base, rpos, rval, nrej):
         rb1[j] = r
         x1 = _cand(r)
         ob1[j] = x1
-        chk += x0 + x1
+        chk += x0
+        chk1 += x1
         s0a[j] = s0
         s1a[j] = s1
         s2a[j] = s2
         s3a[j] = s3
-    if chk != chk:
-        for p in range(2 * nl):
-            if ob[p] != ob[p]:
+    if chk != chk:              # a reject among the first outputs of the lanes
+        for p in range(nl):
+            if ob0[p] != ob0[p]:
                 rpos[nrej] = base + p
-                rval[nrej] = rb[p]
+                rval[nrej] = rb0[p]
                 nrej += 1
-    # "+ (chk > 1e300)" adds 0 (|chk| <= 128 * 4.5; NaN compares False) but keeps the numeric
-    # sum live: otherwise LLVM rewrites "isnan(sum)" as a per-element unordered-compare mask
+    if chk1 != chk1:            # ... among the second outputs
+        for p in range(nl):
+            if ob1[p] != ob1[p]:
+                rpos[nrej] = base + nl + p
+                rval[nrej] = rb1[p]
+                nrej += 1
+    # "+ (chk > 1e300)" adds 0 (|chk| <= 64 * 4.5; NaN compares False) but keeps the numeric
+    # sums live: otherwise LLVM rewrites "isnan(sum)" as a per-element unordered-compare mask
     # reduction, 1.4x slower on this CPU (measured)
-    return nrej + (chk > 1e300)
+    return nrej + (chk > 1e300) + (chk1 > 1e300)
 
 
 @numba.njit(cache=True)
