@@ -3,17 +3,26 @@
 Normalisations: :mod:`theory.simulate.erm_data` (fields ``h = X Q / sqrt(d)``,
 ``q = sigma^2|Q|^2/d``, ``m = 1^T Q / d``, ``theta = sigma^2 Q*^T Q / d``).
 
-Algorithm (r = 1, L = 2; one iteration t, all samples at once)::
+Algorithm (r = 1, L = 2; one iteration t, all samples at once; ``mixing`` = mu)::
 
-    w_mu   = X_mu Qhat / sqrt(d) - V g_mu^{prev}            (Onsager term; g^{prev}=0 at t=0)
-    xhat_mu = argmin_x |x - w_mu|^2/(2V) + l_mu(x),  g_mu = (xhat_mu - w_mu)/V
-    Vhat   = -(1/d) sum_mu tr(d g_mu / d w_mu),  d g/d w = ((I + V hess l_mu(xhat))^{-1} - I)/V
-    b      = (1/sqrt(d)) sum_mu X_mu^T g_mu + sigma^2 Vhat Qhat
-    Qhat  <- b / (lam + sigma^2 Vhat),  V <- sigma^2 / (lam + sigma^2 Vhat)
+    w_t     = X Qhat_{t-1} / sqrt(d) - O_{t-1}                       (O_0 = 0)
+    xhat_mu = argmin_x |x - w_mu|^2/(2V) + l_mu(x),  g_t = (xhat - w_t)/V   (V = V_{t-1})
+    Vhat    = -(1/d) sum_mu tr(d g_mu / d w_mu),  d g/d w = ((I + V hess l_mu(xhat))^{-1} - I)/V
+    D       = lam + sigma^2 Vhat,  Qnew = (X^T g_t / sqrt(d) + sigma^2 Vhat Qhat_{t-1}) / D
+    Qhat_t  = mu Qnew + (1 - mu) Qhat_{t-1},  O_t = mu (sigma^2/D) g_t + (1 - mu) O_{t-1},
+    V_t     = mu sigma^2/D + (1 - mu) V_{t-1}
 
-Damping (``mixing`` = weight of the new iterate): applied to Qhat, V AND the messages g (without
-damping g, the Onsager term locks the iteration into 2-cycles at the large V ~ 10 of this
-model); a fixed point of the damped iteration is one of the undamped one.
+Why the damping acts on the Onsager term O and not on the messages g.  The undamped map is
+unstable at the reference parameters (semantic branch, alpha = 2: the m-direction of the state
+evolution has multiplier ~ -2, the (q, theta, V) oscillation ~ -0.96), so damping is needed.
+``Qhat_t`` is a combination of all earlier ``Qnew``; every ``Qnew_s`` needs its own Onsager
+correction ``(sigma^2/D_s) g_s`` in the field, and ``O_t`` is exactly that combination.  The
+result is an AMP iteration with memory whose state evolution is known (:func:`state_evolution`)
+and whose fixed points are those of the undamped GAMP.  The state evolution of damped GAMP is
+NOT the damped map of the overlaps: ``q_t = sigma^2|mu Qnew + (1-mu) Qhat_{t-1}|^2/d`` involves
+the cross-overlap ``Qnew . Qhat_{t-1}``, hence the correlations ``E[g_t . g_s]`` of messages at
+different times (a two-time state evolution).  The previous version damped g and compared
+with the damped one-time map: they agreed for two undamped iterations only.
 
 The channel ``l_mu``.  With finite-d data the per-sample loss is EXACTLY a function of the two
 local fields, ``l_mu(h) = kappa_mu[(a(h) - a*_mu)^2 + (b(h) - b*_mu)^2] + c_mu`` with
@@ -32,9 +41,19 @@ The proximal step is a 2-D non-convex problem solved for all samples at once
 several starts (w, the zero-loss points, the best points of a grid over the disk
 ``|x - w| <= sqrt(2 V l(w))`` that must contain every global minimiser), keeping the lowest value.
 
-:func:`state_evolution` iterates the replica state equations of spec §3 (undamped, Monte Carlo
-average over ``n_mc`` draws of (xi, eta), the same prox) from the same initial overlaps: GAMP's
-overlaps per iteration should follow it within finite-d fluctuations.
+:func:`state_evolution` is the two-time state evolution of damped GAMP (population Monte
+Carlo; it reduces to the replica map of spec §3 for mixing = 1 and shares its fixed points);
+:func:`state_evolution_onetime` is the damped one-time map of the overlaps built from E1's
+public ``channel`` / ``hats_from_channel`` / ``overlaps_from_hats``; :func:`tracking` runs GAMP
+and its state evolution from the matching initialisation.  Measured tracking and its d-scaling:
+BENCHMARKS.md, "ERM (finite-d simulation)".
+
+Divergence and the jumps of the prox.  GAMP's Vhat (the per-sample Jacobian) misses the jump
+part of the divergence of g where the global prox minimiser jumps between basins: 0.5 % of Vhat
+on the semantic branch, ~6 % on the positional branch (alpha = 2, omega = 0.3).  The Onsager
+terms are then off by that much, so GAMP follows its state evolution closely on the semantic
+branch and only approximately on the positional one; ``divergence="stein"`` (an oracle that
+uses the teacher fields) estimates the full divergence at the price of O(1/(q sqrt(n))) noise.
 """
 
 from __future__ import annotations
