@@ -12,9 +12,10 @@ the simulator.  Here the draws come in blocks of ``NB = 2 * NLANES = 128`` value
   u = ((r >> 11) + 1/2) 2^-52 - 1 in (-1, 1) (top 53 bits, disjoint from the layer bits; exact in
   float64), x = u X[i] -- Doornik's ZIGNOR form of the Marsaglia-Tsang ziggurat with C = 2048
   layers instead of 128 (exact rejection rate 0.23 % instead of 2.8 %).
-* The fast acceptance test costs one table lookup (a vector gather): a packed 64-bit word per
-  layer holds X[i] as a 53-bit fixed-point number (X = (word >> 11) 2^-50) and, in its low 11
-  bits, a threshold T[i] = floor(2^11 X[i+1] / X[i]) / 2^11, i.e. the ZIGNOR ratio rounded DOWN.
+* The fast acceptance test costs one table lookup (a vector gather): the 64-bit pattern of the
+  float64 abscissa X[i] whose 11 lowest mantissa bits hold the threshold
+  T[i] = floor(2^11 X[i+1] / X[i]), i.e. the ZIGNOR ratio rounded DOWN to 11 bits; the pattern
+  is used as is for x = u X[i] (a bit cast) and its low bits for an integer test.
   |u| < T[i] accepts (99.74 % of candidates).  A rejected candidate is written as NaN; the NaN of
   the block sum flags the block, a scalar scan records (position, r), and after the whole fill
   the recorded candidates are completed in order, in scalar code, by the exact ZIGNOR steps:
@@ -22,9 +23,12 @@ the simulator.  Here the draws come in blocks of ``NB = 2 * NLANES = 128`` value
   (i = 0, Marsaglia 1964) or the wedge test (i >= 1), and a failed wedge restarts with a fresh
   complete ziggurat draw; the extra uniforms come from a scalar xoshiro256** state ``s`` (4,).
 * Tables: X is the equal-area ziggurat for C = 2048 (R from a 40-digit solve of "top layer area
-  = V"), computed by the float64 recursion and rounded to the 2^-50 grid: every layer's area is
-  V to 1.5e-11 relative (tested), so the law is N(0, 1) to ~1e-11 in total variation -- the same
-  kind of table round-off every float64 ziggurat has.
+  = V"), computed by the float64 recursion, then each X[i] moved to the nearest float64 whose
+  11 lowest mantissa bits hold the threshold (<= 2^-42 relative).  The layer areas are
+  ill-conditioned in X (a difference of nearby f values), so every layer's area is V only to
+  6.3e-10 relative (tested; 1.5e-11 before the bits are written): the law is N(0, 1) to < 1e-9
+  in total variation, far below anything a simulation can resolve (~1e18 draws).  Fast and slow
+  paths use this same table.
 
 Exactness argument: the fast path accepts only points of the rectangle {|u| < X[i+1]/X[i]} and
 every other candidate goes through the complete ZIGNOR algorithm on fresh independent uniforms,
@@ -41,6 +45,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
 _U64 = np.uint64
 
@@ -50,34 +57,58 @@ ZIG_C = 2048                 # ziggurat layers
 _ZIG_MASK = _U64(ZIG_C - 1)
 # R for C = 2048 layers: root of "top layer area = V" (mpmath, 40 digits), see the test
 ZIG_R = 4.2163704095118968639
-_FIX = 2.0**50               # fixed-point scale of the packed abscissae
-_TBITS = 11                  # threshold bits in the packed word
+_TBITS = 11                  # threshold bits stored in the low mantissa bits of X[i]
+_TMASK = (1 << _TBITS) - 1
 
 
 def _tables(C=ZIG_C, R=ZIG_R):
-    """ZIGNOR tables for C layers: abscissae X (C + 1,), X[0] = V / f(R), X[1] = R, X[C] = 0,
-    rounded to the 2^-50 grid; exact ratios X[i+1]/X[i]; packed words; f(X) = exp(-X^2/2)."""
+    """ZIGNOR tables for C layers.
+
+    Returns X (C + 1,) with X[0] = V / f(R), X[1] = R, X[C] = 0, where each X[i] (i < C) is the
+    float64 abscissa of the equal-area recursion moved to the nearest float64 whose 11 lowest
+    mantissa bits are the fast-path threshold T[i] (X[i] moves by <= 1024 ulps = 2^-42
+    relative); the exact ratios X[i+1] / X[i] of THAT table; the bit patterns of X[:C] (the fast path's single gather);
+    f(X) = exp(-X^2 / 2); V.  T[i] = floor(2^11 X[i+1] / X[i]) (decremented where needed) so that
+    T[i] / 2^11 <= X[i+1] / X[i]: the fast test never accepts a point outside the rectangle."""
     f = lambda x: math.exp(-0.5 * x * x)  # noqa: E731
     V = R * f(R) + math.sqrt(math.pi / 2.0) * math.erfc(R / math.sqrt(2.0))
-    X = np.zeros(C + 1)
-    X[0] = V / f(R)
-    X[1] = R
+    X0 = np.zeros(C + 1)
+    X0[0] = V / f(R)
+    X0[1] = R
     for i in range(2, C):
-        X[i] = math.sqrt(-2.0 * math.log(V / X[i - 1] + f(X[i - 1])))
-    X[C] = 0.0
-    fixed = np.round(X * _FIX).astype(np.int64)
-    X = fixed.astype(np.float64) / _FIX          # exactly the packed value
-    ratio = X[1:] / X[:-1]
-    thr = np.floor(ratio * (1 << _TBITS)).astype(np.int64)
-    thr = np.minimum(thr, (1 << _TBITS) - 1)
-    # rounding down: thr / 2^11 <= ratio (checked in the tests)
-    packed = ((fixed[:-1].astype(np.uint64) << np.uint64(_TBITS))
-              | thr.astype(np.uint64)).astype(np.uint64)
-    fX = np.exp(-0.5 * X * X)
-    return X, ratio, packed, fX, V
+        X0[i] = math.sqrt(-2.0 * math.log(V / X0[i - 1] + f(X0[i - 1])))
+    X0[C] = 0.0
+    orig = X0[:C].view(np.int64)
+    thr = np.minimum(np.floor(X0[1:] / X0[:-1] * (1 << _TBITS)), _TMASK).astype(np.int64)
+    for _ in range(8):
+        # the float64 nearest to X0[i] whose low 11 bits are T[i] (moves X by <= 1024 ulps)
+        cand = (orig & ~np.int64(_TMASK)) | thr
+        cand = np.where(cand - orig > (1 << (_TBITS - 1)), cand - (1 << _TBITS), cand)
+        cand = np.where(orig - cand > (1 << (_TBITS - 1)), cand + (1 << _TBITS), cand)
+        bits = cand.astype(np.uint64)
+        X = np.concatenate([bits.view(np.float64), [0.0]])
+        ratio = X[1:] / X[:-1]
+        bad = thr.astype(np.float64) / (1 << _TBITS) > ratio
+        if not bad.any():
+            break
+        thr[bad] -= 1
+    else:  # pragma: no cover - the loop settles after one correction at most
+        raise RuntimeError("ziggurat thresholds did not settle")
+    return X, ratio, bits, np.exp(-0.5 * X * X), V
 
 
-ZIG_X, ZIG_RATIO, ZIG_PACKED, ZIG_FX, ZIG_V = _tables()
+ZIG_X, ZIG_RATIO, ZIG_BITS, ZIG_FX, ZIG_V = _tables()
+
+
+@intrinsic
+def _as_f64(typingctx, x):
+    """Reinterpret the bits of a uint64 as a float64 (no conversion)."""
+    sig = types.float64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
 
 
 @numba.njit(cache=True, inline="always")
@@ -155,12 +186,15 @@ def scalar_normal(s):
 
 @numba.njit(cache=True, inline="always")
 def _cand(r):
-    """Fast-path value of candidate ``r``: u X[i], or NaN when |u| >= T[i] (slow path)."""
-    w = ZIG_PACKED[r & _ZIG_MASK]
+    """Fast-path value of candidate ``r``: u X[i], or NaN when |u| >= T[i] / 2^11 (slow path).
+
+    The test is done on integers: with c = (r >> 11) - 2^52 (so u = (2c + 1) / 2^53) and
+    a = c ^ (c >> 63) (= c or -c - 1), |u| < T / 2^11  <=>  a < T 2^41  <=>  (a >> 41) < T."""
+    w = ZIG_BITS[r & _ZIG_MASK]
     u = _u_of(r)
-    x = u * (float(np.int64(w >> _U64(_TBITS))) * (1.0 / _FIX))
-    thr = float(np.int64(w & _U64((1 << _TBITS) - 1))) * (1.0 / (1 << _TBITS))
-    return x if abs(u) < thr else np.nan
+    c = np.int64(r >> _U64(11)) - np.int64(1 << 52)
+    a = c ^ (c >> np.int64(63))
+    return u * _as_f64(w) if (a >> np.int64(41)) < np.int64(w & _U64(_TMASK)) else np.nan
 
 
 @numba.njit(cache=True, fastmath={"reassoc"})
@@ -338,7 +372,7 @@ def block_normals_numpy_reference(seed: int, n: int, nlanes: int = NLANES) -> np
                 return x
             r = nxt(sc)
 
-    thr = (ZIG_PACKED & np.uint64((1 << _TBITS) - 1)).astype(float) / (1 << _TBITS)
+    thr = (ZIG_BITS & np.uint64(_TMASK)).astype(float) / (1 << _TBITS)
     out = []
     pending = []
     width = -(-n // (2 * nlanes)) * 2 * nlanes
