@@ -68,8 +68,9 @@ def _tables(C=ZIG_C, R=ZIG_R):
     float64 abscissa of the equal-area recursion moved to the nearest float64 whose 11 lowest
     mantissa bits are the fast-path threshold T[i] (X[i] moves by <= 1024 ulps = 2^-42
     relative); the exact ratios X[i+1] / X[i] of THAT table; the bit patterns of X[:C] (the
-    fast path's single gather); f(X) = exp(-X^2 / 2); V.  T[i] = floor(2^11 X[i+1] / X[i]) (decremented where needed) so that
-    T[i] / 2^11 <= X[i+1] / X[i]: the fast test never accepts a point outside the rectangle."""
+    fast path's single gather); f(X) = exp(-X^2 / 2); V.  T[i] = floor(2^11 X[i+1] / X[i])
+    (decremented where needed) so that T[i] / 2^11 <= X[i+1] / X[i]: the fast test never
+    accepts a point outside the rectangle."""
     f = lambda x: math.exp(-0.5 * x * x)  # noqa: E731
     V = R * f(R) + math.sqrt(math.pi / 2.0) * math.erfc(R / math.sqrt(2.0))
     X0 = np.zeros(C + 1)
