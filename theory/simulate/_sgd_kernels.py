@@ -15,9 +15,13 @@ delta = dl/dz in R^L):
 * ``HEAD_NETWORK`` (2): f = sigma(sum_l z_l / sqrt(L)) with the activation ``act`` (codes in
   ``ACTIVATIONS``), y a scalar.  Used by the tied and the untied network.
 
-Randomness is drawn OUTSIDE the kernels (numpy Generator, chunk by chunk) and passed in, so the
-numba kernels and their numpy references are deterministic functions of the same arrays and are
-tested against each other step by step.
+Randomness: the reference kernel ``full_chunk`` (and ``reduced_chunk``) takes its Gaussians as
+arrays, so it and its numpy reference are deterministic functions of the same arrays and are
+tested against each other step by step.  The production full-d kernels draw the token rows
+inside numba: ``full_chunk_fast`` with the SIMD block generator of
+``theory.simulate._blocknormal`` (the default for d >= 64; tested against ``full_chunk`` fed
+with ``fill_steps``) and ``full_chunk_rng`` with the scalar generator of ``theory.gauss``
+(tested against ``full_chunk`` fed with ``fill_normals``).
 """
 
 from __future__ import annotations
