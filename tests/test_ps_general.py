@@ -204,10 +204,10 @@ def test_fixed_point_status_and_error_bars_on_a_cheap_rule():
 @pytest.mark.slow
 @pytest.mark.parametrize("branch", ["semantic", "positional"])
 def test_reduction_full_solve_reproduces_the_L2_fixed_point(branch):
-    # the full solve from the cold start (2^13 x 4 QMC) against the L = 2 code (split rule,
+    # the full solve from the cold start (2^12 x 4 QMC) against the L = 2 code (split rule,
     # independent): q, m, θ, V, ε_t, ε_g within 4 QMC standard errors + 1e-3 relative (the
     # reference's own quadrature accuracy)
-    r = pg.fixed_point(2.0, P2, branch, n=2**13, n_rep=4)
+    r = pg.fixed_point(2.0, P2, branch, n=2**12, n_rep=4)
     ref = ps.fixed_point(2.0, P2REF, branch)
     assert r.converged and ref.converged
     for key, val, mine in (("q", ref.q, r.q[0, 0]), ("V", ref.V, r.V[0, 0]),
@@ -281,24 +281,23 @@ P3 = pg.GeneralParams(L=3)
 
 
 @pytest.mark.slow
-def test_L3_theory_against_finite_d_lbfgs():
-    """Theory (QMC 2^12 x 4) vs L-BFGS at d = 200 and 400 (3 seeds each), semantic init, with
-    a linear extrapolation in 1/d; tolerance: 4 standard errors of the extrapolation (seed
-    spread) + the QMC error.  See BENCHMARKS.md for the numbers."""
-    th = pg.fixed_point(2.0, P3, "semantic", n=2**12, n_rep=4)
+@pytest.mark.parametrize("alpha", [1.0, 2.0])
+def test_L3_semantic_theory_against_finite_d_lbfgs(alpha):
+    """L = 3 semantic fixed point (QMC 2^11 x 4) vs L-BFGS from Q = Q* at d = 800, 4 seeds.
+    Tolerance: 4 standard errors of the seed mean + 4 QMC standard errors (no finite-d
+    allowance: the d = 200/400/800 scan in BENCHMARKS.md shows the bias is below that at
+    d = 800).  m → 0 like 1/√d on this branch (finite-d noise), checked against 4/√d."""
+    th = pg.fixed_point(alpha, P3, "semantic", n=2**11, n_rep=4)
     assert th.converged
-    rows = {}
-    for d in (200, 400):
-        rs = [eg.simulate(2.0, P3, d=d, init="semantic", seed=s, n_test=2000)
-              for s in range(3)]
-        rows[d] = dict(q=[x.q[0, 0] for x in rs], theta=[abs(x.theta[0, 0]) for x in rs],
-                       eps_t=[x.eps_t for x in rs], eps_g=[x.eps_g for x in rs])
+    d = 800
+    rs = [eg.simulate(alpha, P3, d=d, init="semantic", seed=s, n_test=4000) for s in range(4)]
+    assert all(r.converged for r in rs)
+    sims = dict(q=[x.q[0, 0] for x in rs], theta=[abs(x.theta[0, 0]) for x in rs],
+                eps_t=[x.eps_t for x in rs], eps_g=[x.eps_g for x in rs])
     for key, tv in (("q", th.q[0, 0]), ("theta", abs(th.theta[0, 0])), ("eps_t", th.eps_t),
                     ("eps_g", th.eps_g)):
-        a, b = np.mean(rows[200][key]), np.mean(rows[400][key])
-        sa = np.std(rows[200][key], ddof=1) / math.sqrt(3)
-        sb = np.std(rows[400][key], ddof=1) / math.sqrt(3)
-        ext = 2 * b - a  # f(1/d) linear: f(0) = 2 f(1/400) - f(1/200)
-        se = math.sqrt(4 * sb**2 + sa**2)
+        mean = np.mean(sims[key])
+        se = np.std(sims[key], ddof=1) / 2
         tq = float(np.ravel(th.err[key])[0])
-        assert abs(ext - tv) < 4 * se + 4 * tq + 1e-3 * abs(tv), (key, ext, tv, se)
+        assert abs(mean - tv) < 4 * se + 4 * tq, (key, mean, se, tv, tq)
+    assert max(np.linalg.norm(x.m) for x in rs) < 4 / math.sqrt(d)
