@@ -34,7 +34,7 @@ kernel on a chunk of z* ~ N(0, I_L); the token row is then built as x_l = g_l / 
 component of g_l along w*/sqrt(d) replaced by z*_l / sqrt(d).  This has exactly the law of a fresh
 N(0, I/d) row with x_l . w* = z*_l, so any numpy-vectorised target works inside the kernel.
 The d-dimensional Gaussian rows are drawn inside the numba kernel, seeded from ``seed``: for
-d >= ``FAST_MIN_D`` by the SIMD block generator of ``theory.simulate._blocknormal`` (64
+d >= ``FAST_MIN_D`` (32) by the SIMD block generator of ``theory.simulate._blocknormal`` (64
 xoshiro256** lanes + a 2048-layer ziggurat, exact N(0, 1); kernel ``full_chunk_fast``), below by
 the scalar xoshiro256** + ziggurat of ``theory.gauss``; ``_FullState.kernel_rng = False`` feeds
 numpy-drawn chunks instead.
@@ -355,8 +355,9 @@ def _recovery_q(spec, C):
 
 #: from this d on the full simulator draws its token rows with the SIMD block generator
 #: (``theory.simulate._blocknormal``; rows padded to a multiple of 128 draws); below, with the
-#: scalar generator of ``theory.gauss`` (the two cost the same near d = 50).
-FAST_MIN_D = 64
+#: scalar generator of ``theory.gauss``.  Measured (attention, L = 2, per step): d = 16: 528 vs
+#: 413 ns, d = 32: 517 vs 539 ns, d = 64: 518 vs 816 ns, d = 200: 759 vs 3980 ns.
+FAST_MIN_D = 32
 
 
 class _FullState:
