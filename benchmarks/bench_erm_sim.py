@@ -1,6 +1,7 @@
-"""Speed of the finite-d ERM side: risk+gradient per GD step, a full minimisation, GAMP, prox.
+"""Speed of the finite-d ERM side: risk+gradient per GD step, the minimisers, GAMP, prox, and
+(with --tracking) GAMP against its two-time state evolution as d grows.
 
-    python benchmarks/bench_erm_sim.py [--d 1000] [--alpha 2.0]
+    python benchmarks/bench_erm_sim.py [--d 1000] [--alpha 2.0] [--tracking]
 
 Baselines (what a researcher would write first):
 * risk+gradient: the full forward/backward pass on the tokens, f = softmax(XQ(XQ)^T/d) X,
@@ -45,6 +46,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, default=1000)
     ap.add_argument("--alpha", type=float, default=2.0)
+    ap.add_argument("--tracking", action="store_true",
+                    help="also the GAMP-vs-state-evolution d-scaling (several minutes)")
     args = ap.parse_args(argv)
     from theory.simulate.erm_gd import make_problem, risk, simulate_gd
     from theory.simulate.gamp import _phi, prox, run_gamp
@@ -60,13 +63,16 @@ def main(argv=None):
     t_naive = best_of(lambda: naive_risk_grad(Q, pb.train.X, pb.train.Y, 0.01), reps=3)
     print(f"risk+gradient, d={d}, n={n}: ours {t_ours * 1e3:.2f} ms, naive full-token "
           f"{t_naive * 1e3:.2f} ms, ratio {t_naive / t_ours:.1f}x (same value to 1e-9)")
-    for method, steps in (("gd", 3000), ("lbfgs", 3000)):
-        t = time.perf_counter()
-        r = simulate_gd(alpha, 0.3, d, "semantic", 0, method=method, steps=steps, tol=1e-7,
-                        problem=pb)
-        print(f"simulate_gd method={method}: {time.perf_counter() - t:.2f} s "
-              f"({r.status}, {r.iterations} iterations, RMS grad {r.grad_rms:.1e}, "
-              f"eps_t {r.eps_t:.6f}, eps_g {r.eps_g:.5f}) incl. eps_g on 1e4 test samples")
+    # minimisers, same risk, same start, stop at RMS gradient 1e-7 (or max_iter)
+    for init in ("semantic", "positional"):
+        for method, steps in (("nesterov", 3000), ("bb", 3000), ("lbfgs", 3000), ("gd", 3000)):
+            t = time.perf_counter()
+            r = simulate_gd(alpha, 0.3, d, init, 0, method=method, steps=steps, tol=1e-7,
+                            problem=pb)
+            print(f"{init:>10} {method:>8}: {time.perf_counter() - t:6.2f} s  {r.status:>9} "
+                  f"{r.iterations:5d} it  RMS grad {r.grad_rms:.1e}  eps_t {r.eps_t:.8f}  "
+                  f"m {r.m:.5f} theta/s2 {r.theta_over_sigma2:.5f}  (incl. eps_g on 1e4 test "
+                  f"samples)", flush=True)
     t = time.perf_counter()
     r = run_gamp(alpha, 0.3, d, "semantic", 0, problem=pb, mixing=0.5, V0=10.0, tol=1e-7)
     dt = time.perf_counter() - t
@@ -99,6 +105,51 @@ def main(argv=None):
     print(f"prox of {m} samples: ours {t_p * 1e3:.1f} ms, scipy BFGS loop (2 starts) "
           f"{t_s * 1e3:.0f} ms, ratio {t_s / t_p:.0f}x; ours lower or equal on "
           f"{np.mean(ours.value <= ref + 1e-10) * 100:.1f} % of samples")
+    bench_state_evolution()
+    if args.tracking:
+        tracking_table("semantic", "jacobian", (250, 500, 1000, 2000), 6)
+        tracking_table("positional", "stein", (500, 1000, 2000), 4, m0=0.26, V0=11.0)
+        tracking_table("positional", "jacobian", (500, 1000, 2000), 4, m0=0.26, V0=11.0)
+
+
+def bench_state_evolution():
+    from theory.simulate.gamp import large_d_gram, state_evolution
+
+    t = time.perf_counter()
+    state_evolution(2.0, 0.3, 10, gram=large_d_gram("semantic"), n_pop=100_000)
+    dt = time.perf_counter() - t
+    print(f"two-time state evolution, n_pop = 1e5, 10 iterations: {dt:.1f} s "
+          f"({dt / 10:.2f} s/iteration)")
+
+
+def tracking_table(init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=200_000):
+    """RMS over seeds of GAMP - SE per iteration; print the worst iteration per d."""
+    from theory.simulate.erm_gd import make_problem
+    from theory.simulate.gamp import large_d_gram, run_gamp, state_evolution
+
+    t = time.perf_counter()
+    se = state_evolution(2.0, 0.3, T, gram=large_d_gram(init, m0=m0), V0=V0, mixing=0.3,
+                         n_pop=n_pop, rng=123, divergence=divergence).history
+    dt = time.perf_counter() - t
+    print(f"\n{init} start (m0={m0 if init == 'positional' else '-'}, V0={V0}), divergence="
+          f"{divergence}, mixing 0.3, {T} iterations, SE n_pop {n_pop} ({dt:.0f} s); "
+          f"SE end q {se['q'][-1]:.5f} m {se['m'][-1]:.5f} theta {se['theta'][-1]:.5f} "
+          f"V {se['V'][-1]:.4f}")
+    print(f"{'d':>6} {'seeds':>5}  max_t RMS|GAMP-SE|: {'q':>8} {'m':>8} {'theta':>8} "
+          f"{'V (rel)':>8}   x sqrt(d): q, m, theta, V")
+    for d in ds:
+        dev = []
+        for seed in range(seeds):
+            pb = make_problem(2.0, 0.3, d, seed, n_test=2)
+            Q0 = np.full(d, m0) if init == "positional" else None
+            h = run_gamp(2.0, 0.3, d, init, seed, problem=pb, mixing=0.3, max_iter=T, tol=0.0,
+                         V0=V0, channel="effective", prox_mode="global", divergence=divergence,
+                         Q0=Q0).history
+            dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
+                        h["V"] / se["V"] - 1])
+        rms = np.sqrt((np.array(dev)[:, :, 1:] ** 2).mean(0)).max(1)
+        print(f"{d:6d} {seeds:5d}  {'':20} {rms[0]:8.5f} {rms[1]:8.5f} {rms[2]:8.5f} "
+              f"{rms[3]:8.5f}   " + " ".join(f"{v * np.sqrt(d):.3f}" for v in rms), flush=True)
 
 
 if __name__ == "__main__":

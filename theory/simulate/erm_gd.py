@@ -186,27 +186,27 @@ def evaluate(Q, problem: Problem, lam: float, *, seed: int, init: str) -> dict:
 class _Monitor:
     """Shared bookkeeping of the iterative minimisers: status, trace, divergence guard."""
 
-    def __init__(self, d, tol, record_every):
-        self.d, self.tol, self.every = d, tol, record_every
+    def __init__(self, d, tol, record_every, steps):
+        self.d, self.tol, self.every, self.steps = d, tol, record_every, int(steps)
         self.trace, self.L0 = [], None
+        self.status, self.grms = "max_iter", np.nan
 
-    def check(self, it, L, g):
-        """Record the iterate; return (status or None, grad_rms)."""
-        grms = float(np.linalg.norm(g) / np.sqrt(self.d))
+    def stop(self, it, L, g) -> bool:
+        """Record iterate ``it`` (risk ``L``, gradient ``g``); True when the loop must end."""
+        self.grms = grms = float(np.linalg.norm(g) / np.sqrt(self.d))
         if not (np.isfinite(L) and np.isfinite(grms)):
-            return "nan", grms
-        if self.L0 is None:
-            self.L0 = L
-        elif L > 10 * self.L0 + 10 * self.d:
-            return "diverged", grms
-        if it % self.every == 0:
+            self.status = "nan"
+        elif self.L0 is not None and L > 10 * self.L0 + 10 * self.d:
+            self.status = "diverged"
+        elif grms < self.tol:
+            self.status = "converged"
+        self.L0 = L if self.L0 is None else self.L0
+        if it % self.every == 0 or self.status != "max_iter" or it == self.steps:
             self.trace.append((it, L / self.d, grms))
-        return ("converged" if grms < self.tol else None), grms
+        return self.status != "max_iter" or it == self.steps
 
-    def done(self, it, L, grms):
-        if not self.trace or self.trace[-1][0] != it:
-            self.trace.append((it, L / self.d, grms))
-        return np.array(self.trace)
+    def result(self, Q, it):
+        return Q, self.status, it, self.grms, np.array(self.trace)
 
 
 def gradient_descent(Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=1e-6,
@@ -217,18 +217,13 @@ def gradient_descent(Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=
     = 0.01 at the reference values): thousands of steps at lr = 0.15.  Prefer "nesterov".
     """
     Q = np.array(Q0, dtype=float)
-    mon = _Monitor(Q.shape[0], tol, record_every)
-    status, it = "max_iter", 0
+    mon = _Monitor(Q.shape[0], tol, record_every, steps)
     for it in range(int(steps) + 1):
         L, g = risk(Q, data, lam)
-        st, grms = mon.check(it, L, g)
-        if st is not None:
-            status = st
-            break
-        if it == steps:
+        if mon.stop(it, L, g):
             break
         Q -= lr * g
-    return Q, status, it, grms, mon.done(it, L, grms)
+    return mon.result(Q, it)
 
 
 def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50,
@@ -247,17 +242,12 @@ def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_ever
     """
     x = np.array(Q0, dtype=float)
     d = x.shape[0]
-    mon = _Monitor(d, tol, record_every)
+    mon = _Monitor(d, tol, record_every, steps)
     y, t, Lk = x.copy(), 1.0, float(L0)
-    status, it = "max_iter", 0
     Ly, gy = risk(y, data, lam)
     for it in range(int(steps) + 1):
         # convergence is judged at the extrapolated point, where the gradient is evaluated
-        st, grms = mon.check(it, Ly, gy)
-        if st is not None:
-            status = st
-            break
-        if it == steps:
+        if mon.stop(it, Ly, gy):
             break
         g2 = gy @ gy
         while True:
@@ -273,12 +263,11 @@ def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_ever
         x, t = x_new, t_new
         Lk *= 0.9
         Ly, gy = risk(y, data, lam)
-    trace = mon.done(it, Ly, grms)
-    if status != "converged":  # report the last x (a descent point) if it is better than y
+    if mon.status != "converged":  # report the last x (a descent point) if better than y
         Lx, gx = risk(x, data, lam)
         if np.linalg.norm(gx) < np.linalg.norm(gy):
-            y, grms = x, float(np.linalg.norm(gx) / np.sqrt(d))
-    return y, status, it, grms, trace
+            y, mon.grms = x, float(np.linalg.norm(gx) / np.sqrt(d))
+    return mon.result(y, it)
 
 
 def barzilai_borwein(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50,
@@ -287,17 +276,12 @@ def barzilai_borwein(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, rec
     (Raydan 1997): step ``s.s / s.y`` (BB1, clipped to [1e-6, 1e6]); accept when
     ``L(Q - a g) <= max(last ``memory`` values) - 1e-4 a |g|^2``, else halve ``a``."""
     Q = np.array(Q0, dtype=float)
-    mon = _Monitor(Q.shape[0], tol, record_every)
+    mon = _Monitor(Q.shape[0], tol, record_every, steps)
     L, g = risk(Q, data, lam)
     hist = [L]
     a = float(lr0)
-    status, it = "max_iter", 0
     for it in range(int(steps) + 1):
-        st, grms = mon.check(it, L, g)
-        if st is not None:
-            status = st
-            break
-        if it == steps:
+        if mon.stop(it, L, g):
             break
         ref, g2 = max(hist[-memory:]), g @ g
         while True:
@@ -311,7 +295,7 @@ def barzilai_borwein(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, rec
         a = float(np.clip((s @ s) / sy, 1e-6, 1e6)) if sy > 0 else 1.0
         Q, L, g = Qn, Ln, gn
         hist.append(L)
-    return Q, status, it, grms, mon.done(it, L, grms)
+    return mon.result(Q, it)
 
 
 def lbfgs(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=None):

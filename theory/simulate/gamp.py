@@ -391,14 +391,13 @@ def instance_gram(problem, Q0) -> np.ndarray:
     return E @ E.T / problem.d
 
 
-def large_d_gram(init: str, *, sigma=0.5, rho=None) -> np.ndarray:
+def large_d_gram(init: str, *, sigma=0.5, rho=None, m0=POSITIONAL_M0) -> np.ndarray:
     """Gram of ``(1_d, Q*, Q0)`` as d -> infinity for GAMP's initialisations (rho = sigma^2):
-    semantic Q0 = Q*, positional Q0 = 0.2 1_d, random Q0 = 0.1 N(0, I)."""
+    semantic Q0 = Q*, positional Q0 = m0 1_d (default 0.2), random Q0 = 0.1 N(0, I)."""
     r = (sigma**2 if rho is None else rho) / sigma**2  # |Q*|^2/d
     if init == "semantic":
         return np.array([[1, 0, 0], [0, r, r], [0, r, r]], float)
     if init == "positional":
-        m0 = POSITIONAL_M0
         return np.array([[1, 0, m0], [0, r, 0], [m0, 0, m0 * m0]], float)
     if init == "random":
         return np.diag([1.0, r, 0.01])
