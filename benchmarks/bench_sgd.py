@@ -127,7 +127,9 @@ def floor_row(d, L=2):
     W = rng.standard_normal((1, d))
     W *= math.sqrt(d) / np.linalg.norm(W)
     C = np.array([[W[0] @ us, W[0] @ Qp[0]]]) / math.sqrt(d)
-    m = 50
+    # steps per kernel call: ~1 ms calls (short enough to run unpreempted on a loaded machine,
+    # long enough to amortise the kernel's scratch allocation)
+    m = max(50, 2_000_000 // (L * d))
     zs = rng.standard_normal((m, L))
     Y = np.tile(ps_matrix(A).ravel(), (m, 1))
     Rm = np.zeros((L, L))
