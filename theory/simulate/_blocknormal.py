@@ -37,6 +37,11 @@ so each output is a ZIGNOR draw; positions use disjoint random bits, so the outp
 The stream is defined by (S, s): :func:`fill_rows` / :func:`fill_block_normals` consume whole
 blocks (the unused tail of the last block is discarded) and complete the rejects after the fill.
 :func:`block_normals_numpy_reference` replays the same stream in pure Python (tests).
+
+Numba caching caveat: a cached kernel of another module that calls these functions
+(``_sgd_kernels.full_chunk_fast``) is NOT recompiled when this file changes; after editing it,
+delete ``theory/simulate/__pycache__/_sgd_kernels.full_chunk_fast*`` (a stale cache once ran the
+previous, slower generator in the benchmark).
 """
 
 from __future__ import annotations
