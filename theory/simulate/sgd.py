@@ -368,6 +368,7 @@ class _FullState:
     def __init__(self, spec, d, rng, C0, rr0):
         self.spec, self.d = spec, d
         self.state = None
+        self.fast = d >= FAST_MIN_D           # fixed for the trajectory (one generator stream)
         B = spec.pe_root()
         self.B = np.ascontiguousarray(B)
         k = B.shape[1]
@@ -399,7 +400,7 @@ class _FullState:
         Y = np.ascontiguousarray(tfn(zs))
         untied = self.spec.kind == "untied"
         if self.kernel_rng:
-            if d >= FAST_MIN_D:
+            if self.fast:
                 # SIMD block generator + fused passes (rows padded to 128 draws)
                 if self.state is None:
                     self.state = BN.seed_block_state(seed_int(rng))
