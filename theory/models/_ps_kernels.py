@@ -658,7 +658,7 @@ def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a
 
 @numba.njit(cache=True, parallel=True)
 def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta, V, rho, s2,
-               omega, a11, a22, want_jac, max_depth, nthreads, sym):
+               omega, a11, a22, want_jac, max_depth, nthreads, sym, w_skip=1e-15, w_deep=1e-9):
     """Channel sums (same layout as ``channel_sums``) with the jump-splitting polar rule.
 
     eta_x, eta_w / eta2_x, eta2_w: 1-D rules for η_1 / η_2 (tensor product is formed here);
@@ -671,6 +671,11 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
     η-odd sums vanish), 2 when m = 0 (semantic: the circle at -η is the one at η turned by π
     with x̂ → -x̂, the s·g sum vanishes), 3 when both; 0 = no symmetry.  Only half of the η
     nodes are computed, with doubled weights, and the odd sums are set to 0.
+    sym + 4: also the swap symmetry of a swap-symmetric A (A_11 = A_22): the circle at
+    (η_2, η_1) is the one at (η_1, η_2) reflected (ξ → (-ξ_2, -ξ_1) when θ = 0, ξ → (ξ_2, ξ_1)
+    when m = 0), and every sum over ℓ is invariant.  Only the fundamental domain
+    η_1 <= η_2, η_1 + η_2 <= 0 of the 4-element group is computed, with weights 4 (generic) or
+    2 (on the diagonal or the anti-diagonal).
     """
     sq = math.sqrt(q)
     a = theta / sq
@@ -681,33 +686,51 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
     ne = eta_x.shape[0]
     ne2 = eta2_x.shape[0]
     nr = r_x.shape[0]
-    ne_run = ne
-    wsym = 1.0
-    if sym != 0 and ne % 2 == 0:
-        ne_run = ne // 2
-        wsym = 2.0
-    ncirc = ne_run * ne2 * nr
+    swap = sym >= 4 and ne % 2 == 0 and ne2 == ne
+    base_sym = sym - 4 if sym >= 4 else sym
+    # the η pairs to compute, with their symmetry multiplicity
+    npair = 0
+    P1 = np.empty(ne * ne2, dtype=np.int64)
+    P2 = np.empty(ne * ne2, dtype=np.int64)
+    PW = np.empty(ne * ne2)
+    for i1 in range(ne):
+        for i2 in range(ne2):
+            mult = 1.0
+            if swap:
+                if i1 > i2 or i1 + i2 > ne - 1:
+                    continue
+                mult = 2.0 if (i1 == i2 or i1 + i2 == ne - 1) else 4.0
+            elif base_sym != 0 and ne % 2 == 0:
+                if i1 >= ne // 2:
+                    continue
+                mult = 2.0
+            P1[npair] = i1
+            P2[npair] = i2
+            PW[npair] = mult
+            npair += 1
+    odd_zero = (swap or (base_sym != 0 and ne % 2 == 0))
+    ncirc = npair * nr
     part = np.zeros((nthreads, N_CHANNEL + 4))
-    chunk = (ncirc + nthreads - 1) // nthreads
     for th in numba.prange(nthreads):
         acc = np.zeros(N_CHANNEL)
         stats = np.zeros(4)
-        lo = th * chunk
-        hi = min(ncirc, lo + chunk)
-        for idx in range(lo, hi):
+        # interleaved (not contiguous) assignment: the circles' cost varies strongly with η
+        # (tails are skipped), contiguous blocks leave one thread idle
+        for idx in range(th, ncirc, nthreads):
             ir = idx % nr
-            ij = idx // nr
-            i2 = ij % ne2
-            i1 = ij // ne2
+            ip = idx // nr
+            i1 = P1[ip]
+            i2 = P2[ip]
+            wsym = PW[ip]
             r = r_x[ir]
             wbase = wsym * eta_w[i1] * eta2_w[i2] * r_w[ir] * r
             # total weight of the circle is at most wbase * exp(-(r - |ξ_0|)²/2): resolve jumps
             # fully only where it matters at the 1e-9 level
             dr = r - r0
             cw = wbase * math.exp(-0.5 * dr * dr)
-            if cw < 1e-15:
+            if cw < w_skip:
                 continue
-            depth = max_depth if cw > 1e-9 else 3
+            depth = max_depth if cw > w_deep else 3
             _circle(acc, stats, wbase, r, eta_x[i1], eta2_x[i2], c01, c02, sq, m, a, c, V, s2,
                     omega, a11, a22, K, glx, glw, want_jac, depth)
         for k in range(N_CHANNEL):
@@ -718,10 +741,10 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
     for th in range(nthreads):
         for k in range(N_CHANNEL + 4):
             out[k] += part[th, k]
-    if wsym == 2.0:
-        if sym == 1 or sym == 3:
+    if odd_zero:
+        if base_sym == 1 or base_sym == 3:
             out[C_GETA] = 0.0
             out[C_TRJH] = 0.0
-        if sym == 2 or sym == 3:
+        if base_sym == 2 or base_sym == 3:
             out[C_SG] = 0.0
     return out

@@ -210,3 +210,162 @@ def anderson_iteration(
         x = x_new
     return FixedPointOutcome(dict(zip(keys, x)), Fx or {}, "max_iter", it, res,
                              message or f"no convergence in {max_iter} iterations", hist, aux)
+
+
+def newton_iteration(
+    F: Callable[[dict], tuple[dict, object]],
+    x0: dict,
+    *,
+    jacobian_map: Callable[[dict], tuple[dict, object]] | None = None,
+    tol: float = 1e-8,
+    max_iter: int = 30,
+    atol: float = 1e-10,
+    fd_step: float = 1e-4,
+    max_step: float = 0.3,
+    keep_history: bool = True,
+    stop: Callable[[dict, int], str | None] | None = None,
+) -> FixedPointOutcome:
+    """Solve F(x) = x by a safeguarded Broyden (quasi-Newton) method.
+
+    G(x) = F(x) - x is solved for in variables scaled by |x0| (fixed for the run).  The Jacobian
+    of G comes from forward differences (relative step ``fd_step``) of ``jacobian_map``
+    (default ``F``).  A cheaper map with the same fixed-point structure — the same equations on a
+    coarser quadrature rule — is enough: the iteration then converges linearly at the rate
+    ||J_cheap^-1 (J - J_cheap)|| (small when the two rules agree to a few digits), and Broyden's
+    update of the Jacobian after every step improves on it.  A step that moves a variable by more
+    than ``max_step`` (relative) or flips a sign is shortened; a step that does not lower
+    ||G|| is halved (up to 4 times); if that fails the Jacobian is recomputed at the current
+    point (from ``jacobian_map``, then from ``F`` itself).
+
+    Same contract as :func:`damped_iteration`: status from the UNDAMPED relative residual
+    max_k |F(x)_k - x_k| / max(|F(x)_k|, atol) < ``tol``; ``iterations`` counts evaluations of
+    ``F`` (including the finite differences when the Jacobian is taken from ``F``).  Map failures
+    (non-finite values, ``FloatingPointError``, ``ZeroDivisionError``, ``ValueError``) count as
+    a failed step.
+    """
+    import numpy as np
+
+    keys = list(x0)
+    k = len(keys)
+    x = np.array([float(x0[key]) for key in keys])
+    scale = np.maximum(np.abs(x), atol)
+    hist = []
+    it = 0
+
+    def call(fn, xv):
+        try:
+            Fd, aux = fn(dict(zip(keys, xv)))
+            fx = np.array([float(Fd[key]) for key in keys])
+        except (FloatingPointError, ZeroDivisionError, ValueError) as exc:
+            return None, None, None, str(exc)
+        if not np.all(np.isfinite(fx)):
+            return None, None, None, "non-finite map value"
+        return Fd, fx, aux, ""
+
+    def fd_jacobian(fn, xv, g0):
+        """Jacobian of the scaled G by forward differences; returns (J, number of calls)."""
+        n = 0
+        if g0 is None:
+            _, f0, _, _ = call(fn, xv)
+            n += 1
+            if f0 is None:
+                return None, n
+            g0 = (f0 - xv) / scale
+        J = np.empty((k, k))
+        for j in range(k):
+            h = fd_step * scale[j]
+            xp = xv.copy()
+            xp[j] += h
+            _, fp, _, _ = call(fn, xp)
+            n += 1
+            if fp is None:  # one-sided the other way (domain edge)
+                xp[j] -= 2 * h
+                h = -h
+                _, fp, _, _ = call(fn, xp)
+                n += 1
+                if fp is None:
+                    return None, n
+            J[:, j] = ((fp - xp) / scale - g0) / (h / scale[j])
+        return J, n
+
+    def resid(fx, xv):
+        return float(np.max(np.abs(fx - xv) / np.maximum(np.abs(fx), atol)))
+
+    Fd, fx, aux, err = call(F, x)
+    it += 1
+    if fx is None:
+        return FixedPointOutcome(dict(zip(keys, x)), {}, "nan", it, math.nan,
+                                 f"map failed at the start: {err}", hist, None)
+    g = (fx - x) / scale
+    res = resid(fx, x)
+    cheap = jacobian_map if jacobian_map is not None else F
+    J, n = fd_jacobian(cheap, x, g if cheap is F else None)
+    if cheap is F:
+        it += n
+    if J is None:
+        return FixedPointOutcome(dict(zip(keys, x)), Fd, "nan", it, res,
+                                 "the Jacobian's map failed near the start", hist, aux)
+    fresh = "cheap" if cheap is not F else "F"  # where the current J was last recomputed
+    message = ""
+    while True:
+        if keep_history:
+            hist.append(dict(zip(keys, x), residual=res))
+        if res < tol:
+            return FixedPointOutcome(dict(zip(keys, x)), Fd, "converged", it, res, message,
+                                     hist, aux)
+        why = stop(Fd, it) if stop is not None else None
+        if why:
+            return FixedPointOutcome(dict(zip(keys, x)), Fd, "diverged", it, res, why, hist,
+                                     aux)
+        if it >= max_iter:
+            return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
+                                     message or f"no convergence in {max_iter} map evaluations",
+                                     hist, aux)
+        try:
+            dy = -np.linalg.solve(J, g)
+        except np.linalg.LinAlgError:
+            dy = -np.linalg.lstsq(J, g, rcond=None)[0]
+        dx = dy * scale
+        lim = max_step * np.maximum(np.abs(x), atol)
+        over = float(np.max(np.abs(dx) / lim))
+        if over > 1.0:
+            dx /= over
+        norm_g = float(np.linalg.norm(g))
+        accepted = False
+        for _ in range(5):
+            xn = x + dx
+            Fn, fn, auxn, err = call(F, xn)
+            it += 1
+            if fn is not None:
+                gn = (fn - xn) / scale
+                s = dx / scale
+                J = J + np.outer(gn - g - J @ s, s) / float(s @ s)  # Broyden ("good") update
+                rn = resid(fn, xn)
+                if float(np.linalg.norm(gn)) < norm_g or rn < tol:
+                    x, Fd, fx, aux, g, res = xn, Fn, fn, auxn, gn, rn
+                    accepted = True
+                    break
+            if it >= max_iter:
+                break
+            dx = dx / 2
+        if accepted:
+            fresh = ""
+            continue
+        if it >= max_iter:
+            continue
+        # no descent along the quasi-Newton direction: recompute the Jacobian here, from the
+        # cheap map first, then (if that was already tried at this point) from F itself
+        use = cheap if fresh == "" and cheap is not F else F
+        Jn, n = fd_jacobian(use, x, g if use is F else None)
+        if use is F:
+            it += n
+            message = "Jacobian recomputed from the accurate map"
+        if Jn is None:
+            return FixedPointOutcome(dict(zip(keys, x)), Fd, "nan", it, res,
+                                     "map failed while recomputing the Jacobian", hist, aux)
+        if fresh == "F" and use is F:
+            return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
+                                     "no descent even with a fresh Jacobian of the map",
+                                     hist, aux)
+        J = Jn
+        fresh = "cheap" if use is not F else "F"
