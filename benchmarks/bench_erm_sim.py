@@ -108,8 +108,10 @@ def main(argv=None):
     bench_state_evolution()
     if args.tracking:
         tracking_table("semantic", "jacobian", (250, 500, 1000, 2000), 6)
-        tracking_table("positional", "stein", (500, 1000, 2000), 4, m0=0.26, V0=11.0)
-        tracking_table("positional", "jacobian", (500, 1000, 2000), 4, m0=0.26, V0=11.0)
+        for mixing, T in ((0.3, 30), (0.15, 40)):
+            for div in ("stein", "jacobian"):
+                tracking_table("positional", div, (500, 1000, 2000), 4, m0=0.26, V0=11.0,
+                               mixing=mixing, T=T)
 
 
 def bench_state_evolution():
@@ -122,17 +124,18 @@ def bench_state_evolution():
           f"({dt / 10:.2f} s/iteration)")
 
 
-def tracking_table(init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=200_000):
+def tracking_table(init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=200_000,
+                   mixing=0.3):
     """RMS over seeds of GAMP - SE per iteration; print the worst iteration per d."""
     from theory.simulate.erm_gd import make_problem
     from theory.simulate.gamp import large_d_gram, run_gamp, state_evolution
 
     t = time.perf_counter()
-    se = state_evolution(2.0, 0.3, T, gram=large_d_gram(init, m0=m0), V0=V0, mixing=0.3,
+    se = state_evolution(2.0, 0.3, T, gram=large_d_gram(init, m0=m0), V0=V0, mixing=mixing,
                          n_pop=n_pop, rng=123, divergence=divergence).history
     dt = time.perf_counter() - t
     print(f"\n{init} start (m0={m0 if init == 'positional' else '-'}, V0={V0}), divergence="
-          f"{divergence}, mixing 0.3, {T} iterations, SE n_pop {n_pop} ({dt:.0f} s); "
+          f"{divergence}, mixing {mixing}, {T} iterations, SE n_pop {n_pop} ({dt:.0f} s); "
           f"SE end q {se['q'][-1]:.5f} m {se['m'][-1]:.5f} theta {se['theta'][-1]:.5f} "
           f"V {se['V'][-1]:.4f}")
     print(f"{'d':>6} {'seeds':>5}  max_t RMS|GAMP-SE|: {'q':>8} {'m':>8} {'theta':>8} "
@@ -142,7 +145,7 @@ def tracking_table(init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=
         for seed in range(seeds):
             pb = make_problem(2.0, 0.3, d, seed, n_test=2)
             Q0 = np.full(d, m0) if init == "positional" else None
-            h = run_gamp(2.0, 0.3, d, init, seed, problem=pb, mixing=0.3, max_iter=T, tol=0.0,
+            h = run_gamp(2.0, 0.3, d, init, seed, problem=pb, mixing=mixing, max_iter=T, tol=0.0,
                          V0=V0, channel="effective", prox_mode="global", divergence=divergence,
                          Q0=Q0).history
             dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
