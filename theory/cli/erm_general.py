@@ -116,8 +116,8 @@ def add_parsers(erm_subparsers) -> None:
                    help="independent scramblings (error bar from their spread; default 4)")
     p.add_argument("--method", default="qmc", choices=("qmc", "mc"),
                    help="expectations by scrambled Sobol (default) or plain Monte Carlo")
-    p.add_argument("--mixing", type=float, default=0.5,
-                   help="damping: weight of the new iterate, in (0, 1] (default 0.5)")
+    p.add_argument("--mixing", type=float, default=0.2,
+                   help="damping: weight of the new iterate, in (0, 1] (default 0.2)")
     p.add_argument("--tol", type=float, default=1e-6,
                    help="relative tolerance on the undamped residual (default 1e-6)")
     p.add_argument("--max-iter", type=int, default=300, help="maximal iterations (default 300)")

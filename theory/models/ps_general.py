@@ -885,8 +885,53 @@ def _residual(x, Fx, keys, atol=1e-10):
                for k in keys)
 
 
-def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, history=None):
-    """Damped iteration x ← (1-mixing) x + mixing F(x) on the frozen nodes.  Returns
+def _flat(d, keys, scale):
+    return np.concatenate([np.ravel(d[k]) / scale[k] for k in keys])
+
+
+def _unflat(v, keys, scale, like):
+    out, i = dict(like), 0
+    for k in keys:
+        n = like[k].size
+        out[k] = v[i:i + n].reshape(like[k].shape) * scale[k]
+        i += n
+    return out
+
+
+def _pd(o):
+    return all(np.linalg.eigvalsh(0.5 * (o[k] + o[k].T)).min() > 0 for k in ("q", "V"))
+
+
+#: Anderson steps that move an order parameter by more than this (relative) are rejected
+MAX_STEP = 0.2
+#: ||m||/√L (positional) or ||θ||/σ² (semantic) below this and decreasing for 15 iterations:
+#: the branch collapsed onto the trivial one (status "diverged"; the L = 2 code's rule)
+COLLAPSE = 2e-2
+
+
+def _collapsed(branch, Fx, p, trace):
+    if branch == "positional":
+        v = float(np.linalg.norm(Fx["m"])) / math.sqrt(p.L)
+    elif branch == "semantic":
+        v = float(np.linalg.norm(Fx["theta"])) / p.s2
+    else:
+        return None
+    trace.append(v)
+    last = trace[-16:]
+    if len(last) == 16 and v < COLLAPSE and all(b < a for a, b in zip(last, last[1:])):
+        return (f"the {branch} branch collapsed onto the trivial one (order parameter {v:.2e} "
+                f"< {COLLAPSE:g}, decreasing for 15 iterations)")
+    return None
+
+
+def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, history=None,
+             accel="anderson", depth=4):
+    """Damped iteration x ← (1-mixing) x + mixing F(x) on the frozen nodes, with Anderson
+    acceleration (type II, ``depth`` past residuals, variables scaled per order parameter) once
+    the residual is below 0.05; an accelerated step that leaves q or V non positive definite or
+    moves an order parameter by more than ``MAX_STEP`` (relative) is replaced by the damped
+    step, and the history is cleared when the residual grows tenfold
+    over the best one.  Returns
     (status, message, x, Fx, hats, channel, iterations, residual, guard_hits, warm)."""
     keys = [k for k in KEYS if not (branch == "positional" and k == "theta")
             and not (branch == "semantic" and k == "m")]
@@ -896,6 +941,7 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
     grow, prev = 0, math.inf
     status, msg = "max_iter", f"no convergence in {max_iter} iterations"
     Fx = h = ch = None
+    scale, X_hist, F_hist, best, trace = None, [], [], math.inf, []
     while it < max_iter:
         it += 1
         try:
@@ -915,6 +961,8 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
                         guard, warm)
             mixing /= 2
             x = dict(last_good)
+            X_hist.clear()
+            F_hist.clear()
             continue
         ch = chp
         warm = ch_r["x"]
@@ -928,27 +976,60 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
         if any(np.abs(Fx[k]).max() > 1e8 for k in keys):
             status, msg = "diverged", "order parameters diverged"
             break
-        grow = grow + 1 if res > prev else 0
-        if grow >= 3 and mixing / 2 >= 1e-3:
-            mixing /= 2
-            grow = 0
-        prev = res
+        why = _collapsed(branch, Fx, p, trace)
+        if why:
+            status, msg = "diverged", why
+            break
         last_good = dict(x)
-        x = {k: (1 - mixing) * x[k] + mixing * Fx[k] for k in KEYS}
+        x_prev = x
+        damped = {k: (1 - mixing) * x[k] + mixing * Fx[k] for k in KEYS}
+        if accel != "anderson":
+            grow = grow + 1 if res > prev else 0
+            if grow >= 3 and mixing / 2 >= 1e-3:
+                mixing /= 2
+                grow = 0
+            prev = res
+            x = damped
+            continue
+        if scale is None:
+            scale = {k: max(float(np.linalg.norm(Fx[k])), 1e-3) for k in keys}
+        if res > 10 * best or res >= 0.05:
+            X_hist.clear()
+            F_hist.clear()
+        best = min(best, res)
+        xf, ff = _flat(x, keys, scale), _flat(Fx, keys, scale) - _flat(x, keys, scale)
+        X_hist.append(xf)
+        F_hist.append(ff)
+        del X_hist[:-depth - 1], F_hist[:-depth - 1]
+        x = damped
+        if len(X_hist) >= 2:
+            dX = np.diff(np.array(X_hist), axis=0).T
+            dF = np.diff(np.array(F_hist), axis=0).T
+            gam = np.linalg.lstsq(dF, ff, rcond=None)[0]
+            xn = xf + mixing * ff - (dX + mixing * dF) @ gam
+            cand = _unflat(xn, keys, scale, damped)
+            small = all(np.linalg.norm(cand[k] - x_prev[k])
+                        <= MAX_STEP * max(np.linalg.norm(x_prev[k]), 1e-3) for k in keys)
+            if np.all(np.isfinite(xn)) and small and _pd(cand):
+                x = cand
     return status, msg, x, Fx, h, ch, it, res, guard, warm
 
 
 def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None = None, *,
-                mixing: float = 0.5, tol: float = 1e-6, max_iter: int = 300,
+                mixing: float = 0.2, tol: float = 1e-6, max_iter: int = 300,
                 n: int = 2**13, n_rep: int = 4, method: str = "qmc", rng=0,
-                nodes: Nodes | None = None, error: bool = True,
+                nodes: Nodes | None = None, error: bool = True, accel: str = "anderson",
                 keep_history: bool = False) -> GeneralERMResult:
     """Solve the generalised state equations (module docstring) on one branch.
 
     ``branch``: "semantic" (m ≡ 0, exact invariant), "positional" (θ ≡ 0, exact invariant) or
     "free" (nothing imposed); it also picks the cold start (:func:`default_init`), overridden by
     ``init`` = dict(q, m, theta, V) (arrays; scalars accepted for r = 1) or a previous result.
-    Iteration: ``mixing`` = weight of the new iterate; convergence when the UNDAMPED map's
+    Iteration: ``mixing`` = weight of the new iterate (default 0.2: at α = 2, ω = 0.3 the L = 2
+    positional fixed point is unstable for the damped map with mixing 0.5 — an eigenvalue of
+    the map's Jacobian below -3 — and the iteration collapses onto the trivial fixed point),
+    ``accel`` = "anderson" (default, see
+    :func:`_iterate`) or "none" (plain damped iteration); convergence when the UNDAMPED map's
     relative change ||F(x)_k - x_k||_F / ||F(x)_k||_F < ``tol`` for every order parameter k.
     Quadrature: ``n_rep`` scramblings of ``n`` Sobol points (``method="qmc"``) or MC, frozen
     during the iteration; with ``error`` (and n_rep >= 2) each scrambling's own fixed point is
@@ -960,6 +1041,8 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         raise ValueError(f"branch must be one of {BRANCHES}, got {branch!r}")
     if not 0.0 < mixing <= 1.0:
         raise ValueError(f"mixing must lie in (0, 1], got {mixing}")
+    if accel not in ("anderson", "none"):
+        raise ValueError(f"accel must be 'anderson' or 'none', got {accel!r}")
     if nodes is None:
         nodes = make_nodes(p, n, n_rep, method, rng)
     x0 = default_init(branch, p)
@@ -981,7 +1064,8 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             raise ValueError(f"the initial {k} must be positive definite")
     hist = [] if keep_history else None
     status, msg, x, Fx, h, ch, its, res, guard, warm = _iterate(
-        alpha, p, branch, x0, nodes, mixing=mixing, tol=tol, max_iter=max_iter, history=hist)
+        alpha, p, branch, x0, nodes, mixing=mixing, tol=tol, max_iter=max_iter, history=hist,
+        accel=accel)
     meta = dict(nodes.describe(), tol=tol, guard_hits=int(guard), mixing=mixing)
     common = dict(alpha=alpha, omega=p.omega, branch_init=branch, iterations=its,
                   params=p.to_dict(), metadata=meta, history=hist)
@@ -1001,7 +1085,7 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             sub = nodes.subset(k)
             st, _, _, Fk, _, _, _, _, _, wk = _iterate(
                 alpha, p, branch, fin, sub, mixing=mixing, tol=tol, max_iter=max_iter,
-                warm=warm[k:k + 1])
+                warm=warm[k:k + 1], accel=accel)
             if Fk is None or st != "converged":
                 reps = None
                 meta["error_message"] = f"scrambling {k} alone: {st}"
