@@ -44,6 +44,13 @@ def _quad_args(p):
                    help="relative tolerance on the undamped residual (default 1e-7)")
 
 
+def _theory_tail(p, func):
+    """Options shared by the theory subcommands (quadrature, iteration, --json) and handler."""
+    _quad_args(p)
+    add_json(p)
+    p.set_defaults(func=func)
+
+
 def _params(args, omega=None):
     from theory.models import positional_semantic as ps
 
@@ -318,9 +325,7 @@ def register(subparsers):
     p.add_argument("--branch", default="semantic", choices=("semantic", "positional", "trivial"),
                    help="initialisation / invariant subspace (default semantic); the reported "
                         "branch is read from the converged order parameters")
-    _quad_args(p)
-    add_json(p)
-    p.set_defaults(func=cmd_fixed_point)
+    _theory_tail(p, cmd_fixed_point)
 
     p = sub.add_parser("curve", help="both branches over a range of α (+ global minimiser, "
                                      "linear baseline)",
@@ -334,9 +339,7 @@ def register(subparsers):
     p.add_argument("--out", help="write the rows as CSV (atomically)")
     p.add_argument("--plot", help="write a figure (PNG) of the curves")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _quad_args(p)
-    add_json(p)
-    p.set_defaults(func=cmd_curve)
+    _theory_tail(p, cmd_curve)
 
     p = sub.add_parser("transition", help="α_c (equal ε_t of both branches) and α_l (ε_g of "
                                           "the global minimiser = linear baseline)",
@@ -346,9 +349,7 @@ def register(subparsers):
     _model_args(p)
     p.add_argument("--alphas", help="bracketing grid (default 0.25..4, 12 geometric points)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _quad_args(p)
-    add_json(p)
-    p.set_defaults(func=cmd_transition)
+    _theory_tail(p, cmd_transition)
 
     p = sub.add_parser("phase-diagram", help="α_c(ω) and α_l(ω) on a grid of ω",
                        description="The (α, ω) phase diagram: α_c and α_l for every ω.")
@@ -372,9 +373,7 @@ def register(subparsers):
     p.add_argument("--sim-cache",
                    help="heat map: JSONL cache of the runs (appended as they finish; an "
                         "interrupted run resumes)")
-    _quad_args(p)
-    add_json(p)
-    p.set_defaults(func=cmd_phase_diagram)
+    _theory_tail(p, cmd_phase_diagram)
 
     p = sub.add_parser("simulate", help="minimise the empirical risk at finite d (per seed)",
                        description="Full-batch minimisation of the empirical risk at dimension "
