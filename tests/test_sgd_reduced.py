@@ -161,3 +161,28 @@ def test_reduced_cost_does_not_grow_with_d():
     # ODE: m' = 2 (1 - m^2) - noise ~ 2 near 0 -> t = 1e-3 / 2, steps = t d / gamma = 1000
     # (noise term gamma/2 K m ~ 1e-3 relative): within 20% (diffusion ~ sqrt(nu) gamma/d)
     assert r.steps_escape == pytest.approx(1000, rel=0.2)
+
+
+@pytest.mark.parametrize("name,spec,lr,kw", [
+    ("tied SIE-2 product target, random start",
+     SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square"), 0.3,
+     dict(eta=0.4, max_steps=200_000, t_margin=0.0, margin=0.0)),
+    ("attention positional-semantic, start at the origin",
+     SimSpec(kind="attention", L=2, target=("ps", 0.6, 1.0), pe="opposite"), 0.05,
+     dict(start="origin", eta=0.4, max_steps=400_000, t_margin=0.0, margin=0.0)),
+])
+def test_escape_step_distribution_full_vs_reduced_d64(name, spec, lr, kw):
+    """d = 64: the default full simulator (block generator, no forcing; rows padded 64 -> 128)
+    against the exact reduced chain, ~4e3 / ~2.4e4 steps per run."""
+    from theory.simulate import sgd as sgd_mod
+
+    d, n = 64, 120
+    assert d >= sgd_mod.FAST_MIN_D
+    full = _escape_steps(simulate_sgd, spec, d, lr, range(n), **kw)
+    red = _escape_steps(simulate_reduced, spec, d, lr, range(1000, 1000 + n), **kw)
+    assert np.all(np.isfinite(full)) and np.all(np.isfinite(red))
+    # two-sample KS p > 1e-3 and means within 4 combined standard errors (as above)
+    p = stats.ks_2samp(full, red).pvalue
+    assert p > 1e-3, (name, p, full.mean(), red.mean())
+    se = math.hypot(full.std(ddof=1) / math.sqrt(n), red.std(ddof=1) / math.sqrt(n))
+    assert abs(full.mean() - red.mean()) < 4 * se, (name, full.mean(), red.mean(), se)
