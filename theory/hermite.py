@@ -46,6 +46,13 @@ Quantities of :func:`analyze` (spec section 5)
   op norm sqrt(L) -> L^2 and L.  z_1 - z_2: contraction 0 -> gain 0, tied network stuck.
   Equality (not just scaling) holds when C_SIE is orthogonally decomposable (SIE <= 2, separable
   g); otherwise the numbers are the spec's order-of-magnitude prediction.
+  CAVEAT (measured and derived in theory.simulate.gain): ``gain_optimal`` is the spec's formula,
+  which assumes that the untied rows carry the same SGD noise constant K as the tied network.
+  With per-row spheres (and also with one flattened sphere) every untied row sees K/L, so the
+  package's own ODE predicts gain_optimal / L at optimal step sizes for SIE <= 2 -- L, not L^2,
+  for sum_l He_2(z_l) -- and finite-d SGD agrees (slopes 0.98 +- 0.07 and 1.01 +- 0.015 over
+  L = 1..10, BENCHMARKS.md).  Use ``theory sgd gain`` (fields ``gain_optimal_closed``,
+  ``gain_optimal_ode``) for the prediction that includes the noise ratio.
   For even SIE the drift is c_SIE(sigma) * tied_contraction: a student activation whose SIE-th
   Hermite coefficient has the opposite sign cannot escape either; ``tied_learnable`` only
   reports whether the contraction is non-zero.
