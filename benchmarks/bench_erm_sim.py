@@ -107,7 +107,7 @@ def main(argv=None):
           f"{np.mean(ours.value <= ref + 1e-10) * 100:.1f} % of samples")
     bench_state_evolution()
     if args.tracking:
-        tracking_table("semantic", "jacobian", (250, 500, 1000, 2000), 6)
+        tracking_table("semantic", "jacobian", (250, 1000, 2000, 4000), 12)
         for mixing, T in ((0.3, 30), (0.15, 40)):
             for div in ("stein", "jacobian"):
                 tracking_table("positional", div, (500, 1000, 2000), 4, m0=0.26, V0=11.0,
