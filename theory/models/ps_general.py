@@ -1098,6 +1098,14 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
                 arr = np.array([np.asarray(r_[key], float) for r_ in reps])
                 err[key] = arr.std(axis=0, ddof=1) / math.sqrt(R)
             meta["rep_eps_t"] = [r_["eps_t"] for r_ in reps]
+            # rotation-invariant summaries per scrambling (r > 1: matrix entries drift along
+            # the O(r) orbit, their spread is not an error bar; these are)
+            inv = np.array([np.concatenate([np.linalg.eigvalsh(r_["q"]),
+                                            np.linalg.svd(r_["theta"], compute_uv=False),
+                                            np.linalg.eigvalsh(r_["m"].T @ r_["m"])])
+                            for r_ in reps])
+            meta["invariants_err"] = (inv.std(axis=0, ddof=1) / math.sqrt(R)).tolist()
+            meta["invariants_order"] = "q eigenvalues, theta singular values, eig(m^T m)"
     return GeneralERMResult(
         q=fin["q"], m=fin["m"], theta=fin["theta"], V=fin["V"], qhat=hh["qhat"],
         mhat=hh["mhat"], thetahat=hh["thetahat"], Vhat=hh["Vhat"], eps_t=eps_t, eps_g=eps_g,
