@@ -903,57 +903,85 @@ class TransitionResult(Result):
 
 
 def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool = False,
+               hint: float | None = None, seeds: dict | None = None,
                **fp_kwargs) -> TransitionResult:
     """α_c(ω) and α_l(ω) (spec §4-5).
 
-    Both branches are followed by continuation on the bracketing grid ``alphas`` (default
-    0.25..4 in 12 steps, geometric); Δε_t = ε_t(sem) - ε_t(pos) is bracketed on the grid and its
-    root refined by Brent (each evaluation warm-started from the nearest grid fixed points).
-    α_l: the first α where the global minimiser's ε_g drops below ε_g^lin — inside a branch by
-    Brent on ε_g(branch) - ε_g^lin, or α_c itself when the drop happens in the jump at α_c.
-    ``status``: "converged", or "max_iter" when a bracket is missing (then the message says
-    which, and the field is nan).
+    Δε_t(α) = ε_t(semantic) - ε_t(positional) (> 0 below α_c) is bracketed, then its root is
+    refined by Brent to ``xtol``.  Bracketing: on the grid ``alphas`` when given (first sign
+    change), otherwise adaptively — from ``hint`` (default 1) in geometric steps of 1.25 towards
+    the sign change (α in [0.02, 50]).  Every fixed point is warm-started from the nearest ones
+    already solved on its branch (linear extrapolation in α), or from ``seeds``
+    ({branch: dict(q, m, theta, V)}) for the first one — how :func:`phase_diagram` carries the
+    solution from one ω to the next.
+    α_l: where the global minimiser's ε_g crosses ε_g^lin — inside the positional branch below
+    α_c, at α_c itself when the drop happens in the jump, or inside the semantic branch above
+    α_c (same bracket + Brent).
+    ``status``: "converged", or "max_iter" when a bracket is missing (the message says which,
+    and the field is nan).  ``metadata["solved"]`` counts the fixed points computed.
     """
     from theory.solve.transition import find_root
 
     p = as_params(params)
-    if alphas is None:
-        alphas = np.geomspace(0.25, 4.0, 12)
-    alphas = np.sort(np.asarray(alphas, dtype=float))
     if "rule" not in fp_kwargs:
         fp_kwargs["rule"] = make_rule(fp_kwargs.pop("method", "split"),
                                       fp_kwargs.pop("nodes", None))
-    res = curve(alphas, p, ("semantic", "positional"), progress=progress, **fp_kwargs)
-    sem = {r.alpha: r for r in res if r.branch_init == "semantic"}
-    pos = {r.alpha: r for r in res if r.branch_init == "positional"}
+    solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc=f"erm transition ω={p.omega:g}", unit="fixed point")
 
     def ok(r, b):
         return r is not None and r.converged and r.branch == b
 
-    cache: dict[tuple, ERMResult] = {}
+    def warm(a, b):
+        good = sorted((x for x, r in solved[b].items() if ok(r, b)), key=lambda x: abs(x - a))
+        if not good:
+            return (seeds or {}).get(b)
+        r1 = solved[b][good[0]]
+        if len(good) < 2 or abs(good[0] - a) < 1e-12:
+            return r1
+        r2 = solved[b][good[1]]
+        t = (a - good[0]) / (good[0] - good[1])
+        out = {}
+        for k in ("q", "m", "theta", "V"):
+            v1, v2 = getattr(r1, k), getattr(r2, k)
+            v = v1 + t * (v1 - v2)
+            out[k] = v if (v > 0) == (v1 > 0) and v != 0 else v1
+        return out
 
     def solve_at(a, b):
-        key = (b, round(a, 12))
-        if key in cache:
-            return cache[key]
-        table = sem if b == "semantic" else pos
-        near = min((x for x in table if ok(table[x], b)), key=lambda x: abs(x - a), default=None)
-        init = table[near] if near is not None else None
-        r = fixed_point(a, p, b, init=init, **fp_kwargs)
-        cache[key] = r
+        a = float(a)
+        if a in solved[b]:
+            return solved[b][a]
+        r = fixed_point(a, p, b, init=warm(a, b), **fp_kwargs)
+        if not ok(r, b) and warm(a, b) is not None:
+            r2 = fixed_point(a, p, b, **fp_kwargs)  # the warm start may have jumped: cold start
+            if ok(r2, b):
+                r = r2
+        solved[b][a] = r
+        if bar is not None:
+            bar.update(1)
         return r
 
     def dE(a):
-        rs = sem.get(a) if a in sem else solve_at(a, "semantic")
-        rp = pos.get(a) if a in pos else solve_at(a, "positional")
+        rs, rp = solve_at(a, "semantic"), solve_at(a, "positional")
         if not (ok(rs, "semantic") and ok(rp, "positional")):
             return math.nan
         return rs.eps_t - rp.eps_t
 
-    eps_lin = linear_baseline(p)
     msgs = []
-    rc = find_root(dE, alphas, xtol=xtol)
+    if alphas is not None:
+        grid = np.sort(np.asarray(alphas, dtype=float))
+        for a in grid:
+            check_alpha(a)
+    else:
+        grid = _bracket(dE, float(hint) if hint else 1.0, sign_below=+1.0)
+    rc = find_root(dE, grid, xtol=xtol)
     alpha_c = rc.root
+    eps_lin = linear_baseline(p)
     out = dict(omega=p.omega, eps_g_lin=eps_lin)
     if rc.status == "converged":
         rs, rp = solve_at(alpha_c, "semantic"), solve_at(alpha_c, "positional")
@@ -961,31 +989,74 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
                    eps_t_at_alpha_c=0.5 * (rs.eps_t + rp.eps_t))
     else:
         msgs.append(f"alpha_c: {rc.message or rc.status}")
-    # α_l: global minimiser's ε_g vs the baseline
     alpha_l, l_branch = math.nan, ""
     if math.isfinite(alpha_c):
-        below = [a for a in alphas if a < alpha_c]
-        above = [a for a in alphas if a > alpha_c]
-        # positional part of the global minimiser
-        rl = find_root(lambda a: _eps_g_minus(solve_at(a, "positional"), "positional", eps_lin),
-                       below + [alpha_c], xtol=xtol) if below else None
-        if rl is not None and rl.status == "converged":
-            alpha_l, l_branch = rl.root, "positional"
+        if out["eps_g_pos_at_alpha_c"] < eps_lin:
+            # the positional minimiser is already below the baseline: α_l lies below α_c
+            f = lambda a: _eps_g_minus(solve_at(a, "positional"), "positional", eps_lin)  # noqa: E731
+            g = _bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
+            rl = find_root(f, g, xtol=xtol)
+            l_branch = "positional"
         elif out["eps_g_sem_at_alpha_c"] < eps_lin:
-            alpha_l, l_branch = alpha_c, "jump"
+            rl, l_branch = None, "jump"
+            alpha_l = alpha_c
         else:
-            rl = find_root(lambda a: _eps_g_minus(solve_at(a, "semantic"), "semantic", eps_lin),
-                           [alpha_c] + above, xtol=xtol)
+            f = lambda a: _eps_g_minus(solve_at(a, "semantic"), "semantic", eps_lin)  # noqa: E731
+            g = _bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
+            rl = find_root(f, g, xtol=xtol)
+            l_branch = "semantic"
+        if rl is not None:
             if rl.status == "converged":
-                alpha_l, l_branch = rl.root, "semantic"
+                alpha_l = rl.root
             else:
-                msgs.append(f"alpha_l: {rl.message or rl.status} (semantic branch above alpha_c)")
+                msgs.append(f"alpha_l: {rl.message or rl.status} ({l_branch} branch)")
+                l_branch = ""
+    if bar is not None:
+        bar.close()
     status = "converged" if math.isfinite(alpha_c) and math.isfinite(alpha_l) else "max_iter"
     rule = fp_kwargs["rule"]
+    n_solved = sum(len(v) for v in solved.values())
+    seeds_out = {b: {k: getattr(solve_at(alpha_c, b), k) for k in ("q", "m", "theta", "V")}
+                 for b in ("semantic", "positional")} if math.isfinite(alpha_c) else None
     return TransitionResult(alpha_l=alpha_l, alpha_l_branch=l_branch, status=status,
                             message="; ".join(msgs), params=p.to_dict(),
-                            metadata=dict(rule.describe(), grid=alphas.tolist(),
-                                          dE_evaluations=rc.values), **out)
+                            metadata=dict(rule.describe(), grid=[float(x) for x in grid],
+                                          dE_evaluations=rc.values, solved=n_solved,
+                                          seeds_at_alpha_c=seeds_out), **out)
+
+
+def _bracket(f, a0: float, *, sign_below: float, start_value: float | None = None,
+             step: float = 1.25, lo: float = 0.02, hi: float = 50.0) -> list[float]:
+    """Points of a geometric walk from ``a0`` towards the sign change of ``f`` (``f`` has the
+    sign ``sign_below`` below the root), ending with the first pair that brackets it (or at the
+    edge of [lo, hi], or where ``f`` stops being finite).  Returned sorted."""
+    fa = f(a0) if start_value is None else start_value
+    pts = [a0]
+    if not math.isfinite(fa):
+        # a branch is missing at a0: probe both sides for a finite value
+        for k in range(1, 8):
+            for a in (a0 * step**k, a0 / step**k):
+                if lo <= a <= hi:
+                    v = f(a)
+                    pts.append(a)
+                    if math.isfinite(v):
+                        a0, fa = a, v
+                        break
+            if math.isfinite(fa):
+                break
+        if not math.isfinite(fa):
+            return sorted(pts)
+    up = fa * sign_below > 0  # still below the root: walk up
+    a = a0
+    while True:
+        a = a * step if up else a / step
+        if not lo <= a <= hi:
+            break
+        v = f(a)
+        pts.append(a)
+        if not math.isfinite(v) or v * fa <= 0:
+            break
+    return sorted(pts)
 
 
 def _eps_g_minus(r, b, eps_lin):
@@ -994,8 +1065,13 @@ def _eps_g_minus(r, b, eps_lin):
     return r.eps_g - eps_lin
 
 
-def phase_diagram(omegas, params=None, *, progress: bool = False, **kw) -> list[dict]:
-    """α_c(ω) and α_l(ω) for each ω: rows with omega, alpha_c, alpha_l, eps_g_lin, status."""
+def phase_diagram(omegas, params=None, *, progress: bool = False, on_row=None,
+                  **kw) -> list[dict]:
+    """α_c(ω) and α_l(ω) for each ω: rows with omega, alpha_c, alpha_l, eps_g_lin, status.
+
+    Without an explicit ``alphas`` grid each ω starts its bracket at the previous ω's α_c with
+    the previous fixed points as warm starts (continuation in ω).  ``on_row(rows)`` is called
+    after every ω (e.g. to write the rows done so far)."""
     p = as_params(params)
     rows = []
     it = omegas
@@ -1003,9 +1079,14 @@ def phase_diagram(omegas, params=None, *, progress: bool = False, **kw) -> list[
         from tqdm import tqdm
 
         it = tqdm(omegas, desc="phase diagram")
+    hint, seeds = kw.pop("hint", None), kw.pop("seeds", None)
     for w in it:
-        t = transition(p.replace(omega=float(w)), **kw)
+        t = transition(p.replace(omega=float(w)), hint=hint, seeds=seeds, **kw)
         rows.append(dict(omega=float(w), alpha_c=t.alpha_c, alpha_l=t.alpha_l,
                          eps_g_lin=t.eps_g_lin, alpha_l_branch=t.alpha_l_branch,
                          status=t.status, message=t.message))
+        if math.isfinite(t.alpha_c):
+            hint, seeds = t.alpha_c, t.metadata.get("seeds_at_alpha_c")
+        if on_row is not None:
+            on_row(rows)
     return rows

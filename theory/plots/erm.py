@@ -12,8 +12,9 @@ Every finished run is appended to ``<out_dir>/erm-sim-cache.jsonl`` and reused, 
 interrupted full-size run resumes.
 
 Theory: :func:`theory.models.positional_semantic.fixed_point` (E1's state equations), followed
-in alpha by warm starts; alpha_c = root of the interpolated eps_t(semantic) - eps_t(positional),
-alpha_l = where the global minimiser's eps_g crosses the linear baseline (closed form, spec §5).
+in alpha by warm starts; alpha_c = root of eps_t(semantic) - eps_t(positional) and alpha_l =
+where the global minimiser's eps_g crosses the linear baseline (closed form, spec §5), both by
+``positional_semantic.transition`` (bracket + Brent) with the default split rule.
 Quantities plotted in the theory's normalisation: theta/sigma^2 = |Q*^T Q|/d, m/sigma^2.
 """
 
@@ -250,10 +251,15 @@ def crossing(xs, ys):
     return None
 
 
-def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, **kw):
-    """Theory curves of both branches and (α_c, α_l) from them (interpolated on ``alphas``).
+def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, exact=True,
+                      transition_kw=None, **kw):
+    """Theory curves of both branches along ``alphas`` and (α_c, α_l).
 
-    ``cache=TheoryCache(path)`` reuses fixed points already on disk."""
+    With ``exact`` (default) α_c and α_l are the roots found by
+    :func:`theory.models.positional_semantic.transition` (bracket + Brent to 1e-4, started at the
+    crossing of the interpolated curves; ``transition_kw`` go to it, e.g. a quadrature rule);
+    otherwise, or if that fails, the crossings of the piecewise-linear interpolation on
+    ``alphas``.  ``cache=TheoryCache(path)`` reuses fixed points already on disk."""
     pos = theory_curve(alphas, omega, "positional", sigma=sigma, lam=lam, **kw)
     sem = theory_curve(alphas, omega, "semantic", sigma=sigma, lam=lam, **kw)
     P = {r["alpha"]: r for r in _ok(pos, "positional")}
@@ -267,8 +273,16 @@ def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, **kw):
         cands = [x for x in (P.get(a), S.get(a)) if x is not None]
         glob.append(min(cands, key=lambda r: r["eps_t"]))
     alpha_l = crossing([g["alpha"] for g in glob], [g["eps_g"] - lin for g in glob])
+    how = "interpolated"
+    if exact:
+        from theory.models import positional_semantic as ps
+
+        t = ps.transition(ps.ERMParams(sigma=sigma, lam=lam, omega=omega),
+                          hint=alpha_c or 1.0, **(transition_kw or {}))
+        if t.status == "converged":
+            alpha_c, alpha_l, how = t.alpha_c, t.alpha_l, "root"
     return dict(positional=pos, semantic=sem, global_=glob, alpha_c=alpha_c, alpha_l=alpha_l,
-                eps_g_lin=lin, delta=(common, dd))
+                eps_g_lin=lin, delta=(common, dd), how=how)
 
 
 # --------------------------------------------------------------------------- figures
@@ -302,8 +316,13 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     if theory_nodes is not None:
         kw = dict(nodes=theory_nodes)
     th_err = None
+    tkw = None
+    if theory_nodes is not None:
+        from theory.models import positional_semantic as ps
+
+        tkw = dict(rule=ps.make_rule("split", theory_nodes))
     try:
-        th = theory_transition(alphas_th, omega,
+        th = theory_transition(alphas_th, omega, transition_kw=tkw,
                                cache=TheoryCache(out_dir / THEORY_CACHE_NAME), **kw)
     except Exception as exc:  # the figure still shows the simulations, and says why
         th, th_err = dict(positional=[], semantic=[], global_=[], delta=([], [])), repr(exc)
@@ -375,12 +394,15 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     numbers = [dict(name="erm_omega03_wall_s", value=time.perf_counter() - t0,
                     how="wall time of this figure")]
     if th.get("alpha_c") is not None:
-        numbers.append(dict(name="alpha_c(omega=0.3)", value=th["alpha_c"],
-                            how="theory: root of interpolated eps_t(sem)-eps_t(pos) on "
-                                f"{len(alphas_th)} alphas"))
+        how_c = ("theory: root of eps_t(sem)-eps_t(pos) by bracket + Brent (xtol 1e-4), "
+                 "default split rule" if th.get("how") == "root" else
+                 f"theory: root of interpolated eps_t(sem)-eps_t(pos) on {len(alphas_th)} alphas")
+        numbers.append(dict(name="alpha_c(omega=0.3)", value=th["alpha_c"], how=how_c))
     if th.get("alpha_l") is not None:
         numbers.append(dict(name="alpha_l(omega=0.3)", value=th["alpha_l"],
-                            how="theory: global minimiser's eps_g crossing the baseline"))
+                            how="theory: global minimiser's eps_g crossing the baseline"
+                                + (" (root, default split rule)" if th.get("how") == "root"
+                                   else " (interpolated)")))
     sim_ac = crossing(*_sim_stats(gm, "alpha", "delta_eps_t")[:2])
     if sim_ac is not None:
         numbers.append(dict(name="alpha_c(omega=0.3) simulated", value=sim_ac,
@@ -397,32 +419,29 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     if quick:
         d, seeds = 100, [0]
         omegas, alphas = [0.1, 0.3, 0.5, 0.7], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
-        # theory grid shared with erm-omega03 (cached fixed points are reused)
-        # each further omega costs 2-3 min of theory: in quick mode only the omega = 0.3 line
-        # (shared with erm-omega03), the others are left to --full to keep --quick < 10 min
-        omegas_th, alphas_th = [0.3], np.linspace(0.5, 3.0, 6)
+        # quick: the lines at three ω with the cheap rule (α_c within ~3e-3 of the default
+        # rule's); full: nine ω with the default rule
+        omegas_th = [0.1, 0.3, 0.5]
     else:
         d, seeds = 500, [0, 1]
         omegas, alphas = list(np.linspace(0.0, 0.8, 9)), list(np.arange(0.25, 4.01, 0.25))
-        omegas_th, alphas_th = list(np.linspace(0.0, 0.8, 9)), np.linspace(0.1, 5.0, 30)
+        omegas_th = list(np.linspace(0.0, 0.8, 9))
     mean, _ = simulated_delta_eps_t(alphas, omegas, d, seeds, cache_path=out_dir / CACHE_NAME)
     kw = quick_theory_kw() if quick else {}
     if theory_nodes is not None:
         kw = dict(nodes=theory_nodes)
     lines, th_err, skipped = [], None, []
-    budget = 240.0 if quick else math.inf  # seconds of theory in quick mode
+    from theory.models import positional_semantic as ps
+
     t_th = time.perf_counter()
-    for w in omegas_th:
-        if time.perf_counter() - t_th > budget:
-            skipped.append(w)
-            continue
-        try:
-            th = theory_transition(alphas_th, w, cache=TheoryCache(out_dir / THEORY_CACHE_NAME),
-                                   **kw)
-            lines.append((w, th["alpha_c"], th["alpha_l"]))
-        except Exception as exc:
-            th_err = repr(exc)
-            break
+    try:
+        # α_c(ω), α_l(ω) by bracket + Brent, continued from one ω to the next
+        rows_th = ps.phase_diagram(omegas_th, ps.ERMParams(sigma=SIGMA, lam=LAM), **kw)
+        lines = [(r["omega"], r["alpha_c"] if math.isfinite(r["alpha_c"]) else None,
+                  r["alpha_l"] if math.isfinite(r["alpha_l"]) else None) for r in rows_th]
+    except Exception as exc:  # the figure still shows the simulations, and says why
+        th_err = repr(exc)
+    theory_wall = time.perf_counter() - t_th
     fig, ax = plt.subplots(figsize=(6.5, 4.8))
     A, W = np.meshgrid(alphas, omegas)
     vmax = np.nanmax(np.abs(mean)) if np.isfinite(mean).any() else 1.0
@@ -448,11 +467,17 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     path = atomic_savefig(fig, out_dir / "erm-phase-diagram.png", dpi=120)
     plt.close(fig)
     numbers = [dict(name="erm_phase_diagram_wall_s", value=time.perf_counter() - t0,
-                    how="wall time of this figure")]
-    for w, ac, _ in lines:
+                    how="wall time of this figure"),
+               dict(name="erm_phase_diagram_theory_wall_s", value=theory_wall,
+                    how=f"wall time of the theory lines ({len(omegas_th)} omegas)")]
+    rule_how = "cheap split rule SPLIT_COARSE" if quick else "default split rule"
+    for w, ac, al in lines:
         if ac is not None:
             numbers.append(dict(name=f"alpha_c(omega={w:.2f})", value=ac,
-                                how=f"theory, interpolated on {len(alphas_th)} alphas"))
+                                how=f"theory root (bracket + Brent, xtol 1e-4), {rule_how}"))
+        if al is not None:
+            numbers.append(dict(name=f"alpha_l(omega={w:.2f})", value=al,
+                                how=f"theory root (bracket + Brent, xtol 1e-4), {rule_how}"))
     return dict(files=[str(path)], numbers=numbers)
 
 
