@@ -398,5 +398,7 @@ def register(subparsers):
                                    "equations); mean ± standard error over seeds.")
     _sim_common(p)
     p.add_argument("--max-iter", type=int, default=200, help="GAMP iterations (default 200)")
-    p.add_argument("--mixing", type=float, default=0.5, help="damping (default 0.5)")
+    p.add_argument("--mixing", type=float, default=0.2,
+                   help="damping, weight of the new iterate (default 0.2; the positional "
+                        "branch needs < 0.3, see run_gamp)")
     p.set_defaults(func=cmd_gamp)

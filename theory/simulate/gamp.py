@@ -253,7 +253,7 @@ def _effective_prox(w, V, hstar, params):
 
 
 def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A=None,
-             max_iter=400, mixing=0.3, tol=1e-6, V0=10.0, channel="exact", n_test=10_000,
+             max_iter=400, mixing=0.2, tol=1e-6, V0=10.0, channel="exact", n_test=10_000,
              init_scale=None, problem=None, Q0=None, return_weights=False, prox_mode="auto",
              n_global=30, divergence="jacobian"):
     """Run GAMP on one seed's data (same teacher/data as :func:`simulate_gd` with that seed).
@@ -265,6 +265,11 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
     damped.  This is an AMP iteration with memory whose state evolution is
     :func:`state_evolution` (exact, two-time), and whose fixed points are those of the undamped
     GAMP.  Convergence when the undamped relative change of Qhat and of V are both < ``tol``.
+    Default ``mixing = 0.2``: on the positional branch the map has an oscillatory mode with
+    undamped multiplier ~ -5.6 (alpha = 2, omega = 0.3; measured from the decay of the state
+    evolution's m-oscillation), stable only for mixing < 2/6.6 = 0.30; with 0.5 GAMP started on
+    the positional side ends on the semantic point (d = 400, alpha = 2: both seeds tried), with
+    0.3 at alpha = 3.  On the semantic branch the m-mode (~ -2) needs mixing < 0.67.
 
     Reported: overlaps of Qhat (absolute values of m, theta), V, Vhat, ``eps_t = L(Qhat)/d``
     (the empirical risk at the GAMP estimate), ``eps_g`` on fresh samples,
