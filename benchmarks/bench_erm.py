@@ -3,6 +3,7 @@
     python benchmarks/bench_erm.py            # prox ratio + one fixed point per branch
     python benchmarks/bench_erm.py --curve    # + a 20-point curve of both branches
     python benchmarks/bench_erm.py --alpha-c  # + alpha_c(omega) for 9 omegas
+    python benchmarks/bench_erm.py --convergence  # + fixed points under finer rules
 
 1. Ratio on the same state-equation map evaluation (ω = 0.3, α = 2, positional fixed point,
    the same tensor Gauss-Hermite nodes): the straightforward baseline a researcher would write —
@@ -10,7 +11,10 @@
    nine starts as the kernel (the non-convex prox needs them), then the hats — against the numba
    kernel ``channel_sums``.  The baseline runs on a random subset of nodes and is extrapolated per
    node (printed).
-2. Wall time of converged fixed points (default split rule), a 20-point curve and α_c(ω).
+2. Wall (and process CPU) time of converged fixed points from a cold start (default split
+   rule), a 20-point curve of both branches (continuation) and α_c(ω), α_l(ω) for 9 ω.
+3. ``--convergence``: the fixed points at α = 2 and 1.25 under the default rule, a finer
+   trapezoid rule, the finest one, and the old Gauss-Hermite default (relative differences).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--curve", action="store_true")
     ap.add_argument("--alpha-c", action="store_true")
+    ap.add_argument("--convergence", action="store_true")
     ap.add_argument("--subset", type=int, default=400, help="baseline nodes (default 400)")
     args = ap.parse_args()
     from theory.models import _ps_kernels as K
@@ -95,27 +100,47 @@ def main():
     print(f"  check on 50 nodes: qhat numba {alpha * chs['g2']:.10f} scipy {blq / w:.10f}")
     _ = ch, K
 
+    def timed(fn):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        return out, time.perf_counter() - t0, time.process_time() - c0
+
     for b in ("positional", "semantic"):
-        t0 = time.perf_counter()
-        r = ps.fixed_point(2.0, p, b)
-        dt = time.perf_counter() - t0
-        print(f"fixed point {b:10s} α=2 ω=0.3 (split {ps.SPLIT_DEFAULT}): {dt:.1f} s, "
-              f"{r.iterations} map evaluations, status {r.status}, q={r.q:.6f} m={r.m:.6f} "
-              f"θ={r.theta:.6f} V={r.V:.5f} ε_t={r.eps_t:.7f} ε_g={r.eps_g:.7f}")
+        r, dt, cpu = timed(lambda b=b: ps.fixed_point(2.0, p, b))
+        print(f"fixed point {b:10s} α=2 ω=0.3 (split {ps.SPLIT_DEFAULT}): {dt:.2f} s wall "
+              f"({cpu:.2f} s cpu), {r.iterations} map evaluations, status {r.status}, "
+              f"q={r.q:.7f} m={r.m:.7f} θ={r.theta:.7f} V={r.V:.6f} ε_t={r.eps_t:.8f} "
+              f"ε_g={r.eps_g:.8f}")
     if args.curve:
-        t0 = time.perf_counter()
-        res = ps.curve(np.linspace(0.5, 4.0, 20), p, ("semantic", "positional"))
-        dt = time.perf_counter() - t0
+        res, dt, cpu = timed(lambda: ps.curve(np.linspace(0.5, 4.0, 20), p,
+                                              ("semantic", "positional")))
         ok = sum(r.converged for r in res)
-        print(f"20-point curve, both branches: {dt:.1f} s ({ok}/{len(res)} converged)")
+        print(f"20-point curve (α 0.5..4), both branches: {dt:.1f} s wall ({cpu:.1f} s cpu), "
+              f"{ok}/{len(res)} converged (the semantic branch does not exist at the smallest α)")
     if args.alpha_c:
-        t0 = time.perf_counter()
-        rows = ps.phase_diagram(np.linspace(0.1, 0.5, 9), p)
-        dt = time.perf_counter() - t0
-        print(f"alpha_c(omega) for 9 omegas: {dt:.1f} s")
+        rows, dt, cpu = timed(lambda: ps.phase_diagram(np.linspace(0.1, 0.5, 9), p))
+        print(f"alpha_c(omega), alpha_l(omega) for 9 omegas: {dt:.1f} s wall ({cpu:.1f} s cpu)")
         for r in rows:
-            print(f"  ω={r['omega']:.2f} α_c={r['alpha_c']:.4f} α_l={r['alpha_l']:.4f} "
-                  f"{r['status']}")
+            print(f"  ω={r['omega']:.2f} α_c={r['alpha_c']:.5f} α_l={r['alpha_l']:.5f} "
+                  f"({r['alpha_l_branch']}) {r['status']}")
+    if args.convergence:
+        rules = [("default", ps.make_rule()),
+                 ("trap h=0.45, 20/24/4", ps.make_rule("split", h=0.45, n_r=20, n_phi=24)),
+                 ("trap h=0.35, 24/32/6", ps.make_rule("split", h=0.35, n_r=24, n_phi=32,
+                                                       n_arc=6)),
+                 ("old default: GH 10, 16/24/4", ps.make_rule("split", 10, n_r=16, n_phi=24))]
+        keys = ("q", "m", "theta", "V", "eps_t", "eps_g")
+        for a in (2.0, 1.25):
+            for b in ("positional", "semantic"):
+                res = {name: ps.fixed_point(a, p, b, rule=rl, tol=1e-8) for name, rl in rules}
+                ref = res["trap h=0.35, 24/32/6"]
+                print(f"α={a} {b}: reference (finest) " + " ".join(
+                    f"{k}={getattr(ref, k):.8g}" for k in keys))
+                for name, r in res.items():
+                    rel = [abs(getattr(r, k) - getattr(ref, k)) / max(abs(getattr(ref, k)), 1e-30)
+                           for k in keys if getattr(ref, k) != 0]
+                    print(f"   {name:28s} max rel. diff {max(rel):.1e}  " + " ".join(
+                        f"{k}={getattr(r, k):.8g}" for k in keys))
     print(f"# load average at end: {os.getloadavg()}")
 
 
