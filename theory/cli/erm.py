@@ -190,16 +190,15 @@ def cmd_phase_diagram(args):
     kw = _fp_kwargs(args)
     if args.alphas:
         kw["alphas"] = parse_range(args.alphas)
-    rows = []
-    it = omegas
-    if not args.json and not args.no_progress:
-        from tqdm import tqdm
 
-        it = tqdm(omegas, desc="phase diagram")
-    for w in it:
-        rows.extend(ps.phase_diagram([float(w)], p, **kw))
-        if args.out:  # rewritten atomically after every ω: an interruption keeps the done rows
+    def on_row(rows):  # rewritten atomically after every ω: an interruption keeps the done rows
+        if args.out:
             atomic_write_text(args.out, _csv(rows, PD_COLUMNS))
+
+    # one call: without --alphas each ω continues from the previous ω's α_c and fixed points
+    rows = ps.phase_diagram([float(w) for w in omegas], p, on_row=on_row,
+                            progress=not args.json and not args.no_progress, **kw)
+    on_row(rows)
     payload = dict(rows=rows)
     if heat is not None:
         from theory.plots.erm import simulated_delta_eps_t
@@ -347,7 +346,8 @@ def register(subparsers):
                                    "and α_l(ω) where the global minimiser's ε_g crosses the "
                                    "linear baseline.")
     _model_args(p)
-    p.add_argument("--alphas", help="bracketing grid (default 0.25..4, 12 geometric points)")
+    p.add_argument("--alphas", help="bracketing grid START:STOP:N or a,b,c (default: adaptive, "
+                                    "geometric steps of 1.25 from α = 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _theory_tail(p, cmd_transition)
 
@@ -355,7 +355,8 @@ def register(subparsers):
                        description="The (α, ω) phase diagram: α_c and α_l for every ω.")
     p.add_argument("--omegas", required=True, help="START:STOP:N (inclusive) or a,b,c")
     _model_args(p, omega=False)
-    p.add_argument("--alphas", help="bracketing grid in α (default 0.25..4, 12 points)")
+    p.add_argument("--alphas", help="bracketing grid in α for every ω (default: adaptive, "
+                                    "from the previous ω's α_c, continuation in ω)")
     p.add_argument("--out", help="CSV of the rows (rewritten atomically after every ω)")
     p.add_argument("--plot", help="write the phase diagram (PNG)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
