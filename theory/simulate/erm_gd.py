@@ -1,4 +1,9 @@
-"""Full-batch gradient descent on the empirical risk of the positional-semantic model.
+"""Full-batch minimisation of the empirical risk of the positional-semantic model.
+
+Minimisers (``METHODS``): "nesterov" (default; accelerated gradient, backtracked Lipschitz
+step, adaptive restart), "bb" (Barzilai-Borwein, non-monotone line search), "gd" (plain GD
+with a fixed learning rate, the spec §6 protocol, slow: rate 1 - lr lam), "lbfgs" (scipy).
+Every one reports "converged" only when the RMS gradient |grad L|/sqrt(d) is below ``tol``.
 
 Spec: spec/positional-semantic.md §1 and §6.  Normalisations: see :mod:`theory.simulate.erm_data`.
 
