@@ -650,8 +650,6 @@ def make_nodes(params, n: int = 2**13, n_rep: int = 4, method: str = "qmc", rng=
     if n < 2 or n_rep < 1:
         raise ValueError(f"need n >= 2 points and n_rep >= 1 replicates, got n={n}, "
                          f"n_rep={n_rep}")
-    if n_rep < 2:
-        pass  # allowed (no error bar)
     gen = as_rng(rng)
     dim = p.dim
     if method == "qmc":
@@ -744,13 +742,12 @@ def _pooled(ch: dict) -> dict:
 
 def hats_from_channel(alpha, o: dict, ch: dict, params) -> dict:
     """Conjugate equations (Stein forms, module docstring) from POOLED expectations ``ch``."""
-    p = as_params(params)
+    as_params(params)
     qhat = alpha * 0.5 * (ch["gg"] + ch["gg"].T)
     mhat = alpha * ch["g"]
     thetahat = alpha * ch["geta"] @ np.linalg.inv(ch["c"])
     Vhat = -alpha * ch["gxi"] @ ch["sqi"] + thetahat @ o["theta"].T @ np.linalg.inv(o["q"])
     Vhat = 0.5 * (Vhat + Vhat.T)
-    del p
     return dict(qhat=qhat, mhat=mhat, thetahat=thetahat, Vhat=Vhat)
 
 
@@ -864,8 +861,8 @@ class GeneralERMResult(Result):
         return float(np.sqrt((self.m**2).sum() / 2))
 
     def invariants(self) -> dict:
-        """Rotation-invariant summaries: eigenvalues of q, singular values of θ, and
-        M_G = mᵀ G⁺ m ... here simply mᵀm (r×r) eigenvalues; plus eps_t, eps_g."""
+        """Rotation-invariant summaries (Q → Q O): eigenvalues of q, singular values of θ,
+        eigenvalues of mᵀm (r×r); plus eps_t, eps_g."""
         return dict(q_eig=np.linalg.eigvalsh(self.q).tolist(),
                     theta_sv=np.linalg.svd(self.theta, compute_uv=False).tolist(),
                     mm_eig=np.linalg.eigvalsh(self.m.T @ self.m).tolist(),
