@@ -630,7 +630,16 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     x0 = dict(DEFAULT_INIT[branch])
     if branch == "positional":
         x0["V"] /= math.sqrt(alpha)
+    shift = None
+    cheap_x = None
+    jac_prev = {}
     if init is not None:
+        extra = (init.metadata or {}) if hasattr(init, "to_dict") else init
+        # a warm start from a neighbouring solution also carries its accurate-minus-cheap shift
+        # and the final Jacobian of the cheap quasi-Newton stage (it varies slowly along a
+        # branch; the accurate stage starts from the cheap stage's final Jacobian)
+        shift = extra.get("cheap_shift")
+        jac_prev = {k: extra[k] for k in ("jac_cheap",) if extra.get(k) is not None}
         if hasattr(init, "to_dict"):
             init = init.to_dict()
         for k in ("q", "m", "theta", "V"):
@@ -695,8 +704,9 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         #    (a cold semantic start is far from the fixed point: Anderson first there)
         pre = None
         if init is not None or branch == "positional":
-            pre = newton_iteration(make_F(cheap), start, tol=max(tol, 1e-6) if cheap is not rule
-                                   else tol, max_iter=30, keep_history=keep_history, stop=stop)
+            pre = newton_iteration(make_F(cheap), start, tol=max(tol, 1e-4) if cheap is not rule
+                                   else tol, max_iter=30, keep_history=keep_history, stop=stop,
+                                   jacobian0=_jac_for(jac_prev.get("jac_cheap"), keys))
             iters += pre.iterations
         if pre is None or pre.status != "converged":
             pre = anderson_iteration(make_F(cheap), start, mixing=mixing,
@@ -707,9 +717,17 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             out = pre
         else:
             begin = dict(pre.x) if pre.status == "converged" else start
+            if pre.status == "converged" and shift and cheap is not rule:
+                # defect correction: the accurate fixed point is the cheap one plus a shift that
+                # varies slowly along a branch (given by the warm start's result)
+                trial = {k: begin[k] + shift.get(k, 0.0) for k in begin}
+                if all(v > 0 for k, v in trial.items() if k in ("q", "V")):
+                    begin = trial
             out = newton_iteration(make_F(rule), begin, tol=tol, max_iter=min(max_iter, 40),
                                    jacobian_map=make_F(cheap) if cheap is not rule else None,
                                    keep_history=keep_history, stop=stop)
+            if out.status == "converged" and pre.status == "converged" and cheap is not rule:
+                cheap_x = {k: float(v) for k, v in pre.x.items()}
             if out.status in ("converged", "diverged"):
                 out.iterations += iters
                 iters = 0
@@ -749,7 +767,25 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
                                           theta=out.Fx.get("theta", 0.0)))
     out.x = dict(q=out.x["q"], V=out.x["V"], m=out.x.get("m", 0.0),
                  theta=out.x.get("theta", 0.0))
-    return _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
+    res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
+    if res.converged and accel == "newton":
+        for name, o in (("jac_cheap", pre),):
+            if o is not None and getattr(o, "jacobian", None) is not None:
+                res.metadata[name] = dict(keys=list(keys), J=o.jacobian[0].tolist(),
+                                          scale=o.jacobian[1].tolist())
+        if cheap is rule:
+            res.metadata.pop("jac_cheap", None)
+    if cheap_x is not None and res.converged:
+        res.metadata["cheap_shift"] = {k: float(getattr(res, k) * (1 if cheap_x[k] >= 0 else -1)
+                                              - cheap_x[k]) for k in cheap_x}
+    return res
+
+
+def _jac_for(saved, keys):
+    """A Jacobian saved in a result's metadata, usable for the solver variables ``keys``."""
+    if not saved or list(saved.get("keys", ())) != list(keys):
+        return None
+    return np.asarray(saved["J"], dtype=float), np.asarray(saved["scale"], dtype=float)
 
 
 def _result_from(alpha, p, branch, out, rule, tol, guard_hits,
@@ -862,8 +898,17 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
         bar = tqdm(total=len(alphas) * len(branches) * len(sweeps), desc="erm curve")
     out = []
     for b in branches:
-        def solve(a, init, b=b):
-            return fixed_point(a, p, b, init=init, **fp_kwargs)
+        last = [None]
+
+        def solve(a, init, b=b, last=last):
+            if init is not None and last[0] is not None:
+                # carry the accurate-minus-cheap shift along the branch (defect correction)
+                init = dict(init, **{k: last[0].metadata.get(k)
+                                     for k in ("cheap_shift", "jac_cheap")})
+            r = fixed_point(a, p, b, init=init, **fp_kwargs)
+            if r.converged and r.branch == b:
+                last[0] = r
+            return r
 
         res = _sweep(solve, alphas, None, directions=sweeps, progress=bar,
                      accept=lambda r, b=b: r.converged and r.branch == b)
@@ -926,6 +971,9 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
     if "rule" not in fp_kwargs:
         fp_kwargs["rule"] = make_rule(fp_kwargs.pop("method", "split"),
                                       fp_kwargs.pop("nodes", None))
+    # ε_t is stationary at a fixed point (its error is second order in the residual) and ε_g
+    # is needed to ~1e-6: the fixed points need not be converged below 1e-6
+    fp_kwargs.setdefault("tol", 1e-6)
     solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
     bar = None
     if progress:
@@ -945,7 +993,7 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
             return r1
         r2 = solved[b][good[1]]
         t = (a - good[0]) / (good[0] - good[1])
-        out = {}
+        out = {k: r1.metadata.get(k) for k in ("cheap_shift", "jac_cheap")}
         for k in ("q", "m", "theta", "V"):
             v1, v2 = getattr(r1, k), getattr(r2, k)
             v = v1 + t * (v1 - v2)

@@ -23,6 +23,7 @@ class FixedPointOutcome:
     message: str = ""
     history: list = field(default_factory=list)
     aux: object = None
+    jacobian: object = None  # (J of the scaled G, scale) at the end (newton_iteration only)
 
 
 def relative_residual(x: dict, fx: dict, atol: float) -> float:
@@ -224,6 +225,7 @@ def newton_iteration(
     max_step: float = 0.3,
     keep_history: bool = True,
     stop: Callable[[dict, int], str | None] | None = None,
+    jacobian0: tuple | None = None,
 ) -> FixedPointOutcome:
     """Solve F(x) = x by a safeguarded Broyden (quasi-Newton) method.
 
@@ -241,7 +243,8 @@ def newton_iteration(
     max_k |F(x)_k - x_k| / max(|F(x)_k|, atol) < ``tol``; ``iterations`` counts evaluations of
     ``F`` (including the finite differences when the Jacobian is taken from ``F``).  Map failures
     (non-finite values, ``FloatingPointError``, ``ZeroDivisionError``, ``ValueError``) count as
-    a failed step.
+    a failed step.  ``jacobian0`` = the ``jacobian`` of an earlier outcome (same keys): start
+    from it instead of finite differences.
     """
     import numpy as np
 
@@ -299,9 +302,14 @@ def newton_iteration(
     g = (fx - x) / scale
     res = resid(fx, x)
     cheap = jacobian_map if jacobian_map is not None else F
-    J, n = fd_jacobian(cheap, x, g if cheap is F else None)
-    if cheap is F:
-        it += n
+    if jacobian0 is not None:
+        J0, s0 = jacobian0
+        J = (np.asarray(J0) * np.asarray(s0)[:, None] / np.asarray(s0)[None, :]
+             / scale[:, None] * scale[None, :])
+    else:
+        J, n = fd_jacobian(cheap, x, g if cheap is F else None)
+        if cheap is F:
+            it += n
     if J is None:
         return FixedPointOutcome(dict(zip(keys, x)), Fd, "nan", it, res,
                                  "the Jacobian's map failed near the start", hist, aux)
@@ -312,7 +320,7 @@ def newton_iteration(
             hist.append(dict(zip(keys, x), residual=res))
         if res < tol:
             return FixedPointOutcome(dict(zip(keys, x)), Fd, "converged", it, res, message,
-                                     hist, aux)
+                                     hist, aux, (J.copy(), scale.copy()))
         why = stop(Fd, it) if stop is not None else None
         if why:
             return FixedPointOutcome(dict(zip(keys, x)), Fd, "diverged", it, res, why, hist,
