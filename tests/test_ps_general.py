@@ -97,6 +97,23 @@ def test_prox_global_minimum_against_scipy_multistart(L, r, rt):
         assert (a.value - vals).max() < 1e-12
 
 
+def test_prox_symmetries_behind_the_branch_invariants():
+    # S(-x) = S(x) and T(-h*) = T(h*): the prox is odd under (w, h*) → -(w, h*) (so m = 0 is
+    # invariant: E[g] = 0) and even in h* alone (so θ = 0 is invariant: E[g ηᵀ] = 0)
+    p = pg.GeneralParams(L=3, r=2, r_t=1)
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((200, 3, 2)) * 0.7
+    hs = rng.standard_normal((200, 3, 1)) * 0.5
+    V = np.array([[2.0, 0.3], [0.3, 1.5]])
+    a = pg.prox(w, hs, V, p)
+    b = pg.prox(-w, -hs, V, p)
+    c = pg.prox(w, -hs, V, p)
+    assert np.allclose(a.value, b.value, atol=1e-14) and np.allclose(a.value, c.value, atol=1e-14)
+    unique = np.abs(a.x - (-b.x)).max(axis=(1, 2)) < 1e-6  # ties between basins: measure zero
+    assert unique.mean() > 0.99
+    assert np.allclose(a.x, c.x, atol=1e-6)
+
+
 # --------------------------------------------------------------------------- state equations
 
 
