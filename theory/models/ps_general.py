@@ -877,7 +877,20 @@ def _enforce(branch, o):
     return o
 
 
+def _invariants(o):
+    """Rotation invariants used by the r > 1 convergence test, one vector per order parameter."""
+    return dict(q=np.linalg.eigvalsh(o["q"]), V=np.linalg.eigvalsh(o["V"]),
+                theta=np.linalg.svd(o["theta"], compute_uv=False),
+                m=np.linalg.eigvalsh(o["m"].T @ o["m"]))
+
+
 def _residual(x, Fx, keys, atol=1e-10):
+    """Relative undamped residual per order parameter, max over them.  For r > 1 it is taken on
+    the rotation invariants (:func:`_invariants`): the model is invariant under Q → Q O and
+    with frozen QMC nodes the iterate can creep along that orbit without changing anything
+    physical."""
+    if x["q"].shape[0] > 1:
+        x, Fx = _invariants(x), _invariants(Fx)
     return max(float(np.linalg.norm(Fx[k] - x[k]) / max(np.linalg.norm(Fx[k]), atol))
                for k in keys)
 
@@ -1024,6 +1037,8 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     ``branch``: "semantic" (m ≡ 0, exact invariant), "positional" (θ ≡ 0, exact invariant) or
     "free" (nothing imposed); it also picks the cold start (:func:`default_init`), overridden by
     ``init`` = dict(q, m, theta, V) (arrays; scalars accepted for r = 1) or a previous result.
+    For r > 1 the residual is measured on rotation invariants (eigenvalues of q, V, mᵀm,
+    singular values of θ), see :func:`_residual`.
     Iteration: ``mixing`` = weight of the new iterate (default 0.2: at α = 2, ω = 0.3 the L = 2
     positional fixed point is unstable for the damped map with mixing 0.5 — an eigenvalue of
     the map's Jacobian below -3 — and the iteration collapses onto the trivial fixed point),
