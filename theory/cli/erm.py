@@ -32,16 +32,28 @@ def _quad_args(p):
                    help="quadrature: 'split' (default; polar rule that splits every circle at "
                         "the jumps of the prox), 'gh' (plain tensor Gauss-Hermite), 'qmc', 'mc'")
     p.add_argument("--nodes", type=int, default=None,
-                   help="split: Gauss-Hermite nodes per η component (default 10); gh: nodes "
-                        "per dimension (default 14); qmc/mc: number of points")
+                   help="split: Gauss-Hermite nodes per η component (selects --eta gh; the "
+                        "default η rule is the trapezoid); gh: nodes per dimension (default "
+                        "14); qmc/mc: number of points")
+    p.add_argument("--eta", default=None, choices=("trap", "gh"),
+                   help="split: rule for the outer η integral, 'trap' (default: trapezoid with "
+                        "spacing --h, converges geometrically here) or 'gh' (Gauss-Hermite "
+                        "with --nodes)")
+    p.add_argument("--h", type=float, default=None,
+                   help="split: trapezoid spacing in η (default 0.5; 0.35 for a reference)")
     p.add_argument("--n-r", type=int, default=None,
                    help="split: radial Gauss-Legendre nodes (default 16)")
     p.add_argument("--n-phi", type=int, default=None,
-                   help="split: scan angles per circle (default 24)")
+                   help="split: scan angles per circle (default 16)")
+    p.add_argument("--n-arc", type=int, default=None,
+                   help="split: Gauss-Legendre nodes per arc between jumps (default 4)")
     p.add_argument("--mixing", type=float, default=0.5,
-                   help="damping: weight of the new iterate, in (0, 1] (default 0.5)")
-    p.add_argument("--tol", type=float, default=1e-7,
-                   help="relative tolerance on the undamped residual (default 1e-7)")
+                   help="damping of the fallback damped/Anderson iteration: weight of the new "
+                        "iterate, in (0, 1] (default 0.5)")
+    p.add_argument("--tol", type=float, default=None,
+                   help="relative tolerance on the undamped residual (default 1e-7 for one "
+                        "fixed point; 1e-6 inside transition/phase-diagram, where ε_t is "
+                        "stationary)")
 
 
 def _theory_tail(p, func):
@@ -66,14 +78,18 @@ def _params(args, omega=None):
 
 
 def _fp_kwargs(args):
-    return dict(mixing=args.mixing, tol=args.tol, rule=_rule(args))
+    kw = dict(mixing=args.mixing, rule=_rule(args))
+    if args.tol is not None:
+        kw["tol"] = args.tol
+    return kw
 
 
 def _rule(args):
     from theory.models import positional_semantic as ps
 
     if args.method == "split":
-        return ps.make_rule("split", args.nodes, n_r=args.n_r, n_phi=args.n_phi)
+        return ps.make_rule("split", args.nodes, n_r=args.n_r, n_phi=args.n_phi,
+                            n_arc=args.n_arc, h=args.h, eta=args.eta)
     return ps.make_rule(args.method, args.nodes)
 
 
