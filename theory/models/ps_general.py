@@ -912,8 +912,10 @@ def _pd(o):
     return all(np.linalg.eigvalsh(0.5 * (o[k] + o[k].T)).min() > 0 for k in ("q", "V"))
 
 
-#: largest residual of a per-scrambling re-solve still used for the error bars
-ERR_RESIDUAL = 1e-3
+#: largest residual of a per-scrambling re-solve still used for the error bars (measured: the
+#: single-scrambling map of 2^11 points in 6 dimensions, r = 2, stalls at ~3e-3; the spread
+#: between scramblings it measures is larger)
+ERR_RESIDUAL = 1e-2
 #: Anderson steps that move an order parameter by more than this (relative) are rejected
 MAX_STEP = 0.2
 #: ||m||/√L (positional) or ||θ||/σ² (semantic) below this and decreasing for 15 iterations:
@@ -1099,10 +1101,17 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             sub = nodes.subset(k)
             # re-solves to max(tol, 1e-4): far below the QMC error they estimate; for r > 1 the
             # iterate can creep along the O(r) orbit, so a re-solve that stops at max_iter with
-            # a residual < ERR_RESIDUAL is kept (its residual is recorded)
-            st, _, _, Fk, _, _, _, rk, _, wk = _iterate(
+            # a residual < ERR_RESIDUAL is kept (its residual is recorded in the metadata)
+            st, _, xk, Fk, _, _, _, rk, _, wk = _iterate(
                 alpha, p, branch, fin, sub, mixing=mixing, tol=max(tol, 1e-4),
                 max_iter=max_iter, warm=warm[k:k + 1], accel=accel)
+            if st == "max_iter" and accel == "anderson":
+                # Anderson can cycle on the rough single-scrambling map: finish damped
+                st, _, _, Fk2, _, _, _, rk2, _, wk2 = _iterate(
+                    alpha, p, branch, xk, sub, mixing=mixing / 2, tol=max(tol, 1e-4),
+                    max_iter=max_iter, warm=wk, accel="none")
+                if Fk2 is not None and rk2 < rk:
+                    Fk, rk, wk = Fk2, rk2, wk2
             meta.setdefault("error_resolve_residuals", []).append(float(rk))
             if Fk is None or not (st == "converged" or (st == "max_iter"
                                                          and rk < ERR_RESIDUAL)):
