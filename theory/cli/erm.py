@@ -419,3 +419,8 @@ def register(subparsers):
                    help="damping, weight of the new iterate (default 0.2; the positional "
                         "branch needs < 0.3, see run_gamp)")
     p.set_defaults(func=cmd_gamp)
+
+    # spec §8 generalisation (any L, ranks r, r_t, A, encodings): theory.cli.erm_general
+    from theory.cli import erm_general
+
+    erm_general.add_parsers(sub)

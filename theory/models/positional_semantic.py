@@ -948,7 +948,8 @@ class TransitionResult(Result):
 
 
 def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool = False,
-               hint: float | None = None, seeds: dict | None = None,
+               hint: float | None = None, hint_l: float | None = None,
+               seeds: dict | None = None, step: float = 1.25,
                **fp_kwargs) -> TransitionResult:
     """α_c(ω) and α_l(ω) (spec §4-5).
 
@@ -1026,7 +1027,7 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
         for a in grid:
             check_alpha(a)
     else:
-        grid = _bracket(dE, float(hint) if hint else 1.0, sign_below=+1.0)
+        grid = _bracket(dE, float(hint) if hint else 1.0, sign_below=+1.0, step=step)
     rc = find_root(dE, grid, xtol=xtol)
     alpha_c = rc.root
     eps_lin = linear_baseline(p)
@@ -1050,7 +1051,10 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
             alpha_l = alpha_c
         else:
             f = lambda a: _eps_g_minus(solve_at(a, "semantic"), "semantic", eps_lin)  # noqa: E731
-            g = _bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
+            if hint_l and hint_l > alpha_c:
+                g = _bracket(f, float(hint_l), sign_below=+1.0, step=step, lo=alpha_c)
+            else:
+                g = _bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
             rl = find_root(f, g, xtol=xtol)
             l_branch = "semantic"
         if rl is not None:
@@ -1077,7 +1081,9 @@ def _bracket(f, a0: float, *, sign_below: float, start_value: float | None = Non
              step: float = 1.25, lo: float = 0.02, hi: float = 50.0) -> list[float]:
     """Points of a geometric walk from ``a0`` towards the sign change of ``f`` (``f`` has the
     sign ``sign_below`` below the root), ending with the first pair that brackets it (or at the
-    edge of [lo, hi], or where ``f`` stops being finite).  Returned sorted."""
+    edge of [lo, hi], or where ``f`` stops being finite).  The factor starts at ``step`` and
+    its excess over 1 doubles at every step (a good hint gives a tight bracket, a poor one is
+    still found in a few steps).  Returned sorted."""
     fa = f(a0) if start_value is None else start_value
     pts = [a0]
     if not math.isfinite(fa):
@@ -1096,13 +1102,25 @@ def _bracket(f, a0: float, *, sign_below: float, start_value: float | None = Non
             return sorted(pts)
     up = fa * sign_below > 0  # still below the root: walk up
     a = a0
+    fac = step
     while True:
-        a = a * step if up else a / step
-        if not lo <= a <= hi:
+        prev = a
+        a = a * fac if up else a / fac
+        fac = min(1.0 + 2.0 * (fac - 1.0), 2.0)
+        edge = not lo < a < hi
+        a = min(max(a, lo), hi)  # the interval's edge is evaluated once
+        if a in pts:
             break
         v = f(a)
         pts.append(a)
-        if not math.isfinite(v) or v * fa <= 0:
+        for _ in range(4):  # a branch ends between prev and a: step back (geometric midpoint)
+            if math.isfinite(v):
+                break
+            a = math.sqrt(prev * a)
+            v = f(a)
+            pts.append(a)
+            fac = step
+        if edge or not math.isfinite(v) or v * fa <= 0:
             break
     return sorted(pts)
 
@@ -1128,8 +1146,21 @@ def phase_diagram(omegas, params=None, *, progress: bool = False, on_row=None,
 
         it = tqdm(omegas, desc="phase diagram")
     hint, seeds = kw.pop("hint", None), kw.pop("seeds", None)
+    done = []  # (ω, α_c, α_l) of the converged ω so far
     for w in it:
-        t = transition(p.replace(omega=float(w)), hint=hint, seeds=seeds, **kw)
+        hint_l, step = None, 1.25
+        if len(done) >= 2:
+            # extrapolate log α_c and log α_l linearly in ω from the last two: a tight bracket
+            (w1, c1, l1), (w2, c2, l2) = done[-2], done[-1]
+            t_ = (float(w) - w2) / (w2 - w1) if w2 != w1 else 0.0
+            hint = math.exp(math.log(c2) + t_ * (math.log(c2) - math.log(c1)))
+            if math.isfinite(l1) and math.isfinite(l2):
+                hint_l = math.exp(math.log(l2) + t_ * (math.log(l2) - math.log(l1)))
+            step = 1.04
+        t = transition(p.replace(omega=float(w)), hint=hint, hint_l=hint_l, seeds=seeds,
+                       step=step, **kw)
+        if math.isfinite(t.alpha_c):
+            done.append((float(w), t.alpha_c, t.alpha_l))
         rows.append(dict(omega=float(w), alpha_c=t.alpha_c, alpha_l=t.alpha_l,
                          eps_g_lin=t.eps_g_lin, alpha_l_branch=t.alpha_l_branch,
                          status=t.status, message=t.message))
