@@ -51,9 +51,8 @@ def _quad_args(p):
                    help="damping of the fallback damped/Anderson iteration: weight of the new "
                         "iterate, in (0, 1] (default 0.5)")
     p.add_argument("--tol", type=float, default=None,
-                   help="relative tolerance on the undamped residual (default 1e-7 for one "
-                        "fixed point; 1e-6 inside transition/phase-diagram, where ε_t is "
-                        "stationary)")
+                   help="relative tolerance on the undamped residual (default 1e-6, below "
+                        "the default quadrature's ~4e-5 error)")
 
 
 def _theory_tail(p, func):
