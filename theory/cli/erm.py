@@ -123,13 +123,14 @@ def curve_rows(results, p, eps_lin):
                          theta=r.theta, theta_over_sigma2=r.theta / p.s2, V=r.V, eps_t=r.eps_t,
                          eps_g=r.eps_g, branch=r.branch, status=r.status,
                          iterations=r.iterations, sweep=r.metadata.get("sweep", "")))
-    fwd = [r for r in results if r.metadata.get("sweep", "forward") == "forward"
-           and r.branch == r.branch_init]
-    for r in ps.global_minimiser(fwd):
+    # the global minimiser: lowest ε_t among the converged fixed points that stayed on the
+    # branch they were started on (any sweep direction)
+    same = [r for r in results if r.branch == r.branch_init]
+    for r in ps.global_minimiser(same):
         rows.append(dict(kind="global", alpha=r.alpha, omega=r.omega, q=r.q, m=r.m,
                          theta=r.theta, theta_over_sigma2=r.theta / p.s2, V=r.V,
                          eps_t=r.eps_t, eps_g=r.eps_g, branch=r.branch, status=r.status,
-                         iterations=r.iterations, sweep="forward"))
+                         iterations=r.iterations, sweep=r.metadata.get("sweep", "")))
     for a in sorted({r.alpha for r in results}):
         rows.append(dict(kind="baseline", alpha=a, omega=p.omega, eps_g=eps_lin,
                          status="ok", branch="linear"))
@@ -151,7 +152,7 @@ def cmd_curve(args):
 
     p = _params(args)
     alphas = parse_range(args.alphas)
-    sweeps = ("forward", "backward") if args.sweeps == "both" else (args.sweeps,)
+    sweeps = {"both": ("forward", "backward"), "auto": None}.get(args.sweeps, (args.sweeps,))
     res = ps.curve(alphas, p, ("semantic", "positional"), sweeps=sweeps,
                    progress=not args.json and not args.no_progress, **_fp_kwargs(args))
     eps_lin = ps.linear_baseline(p)
@@ -348,8 +349,10 @@ def register(subparsers):
                                    "positional, global, baseline.")
     _model_args(p)
     p.add_argument("--alphas", required=True, help="START:STOP:N (inclusive) or a,b,c")
-    p.add_argument("--sweeps", default="forward", choices=("forward", "backward", "both"),
-                   help="continuation direction(s) (default forward)")
+    p.add_argument("--sweeps", default="auto", choices=("auto", "forward", "backward", "both"),
+                   help="continuation direction(s); 'auto' (default): the semantic branch "
+                        "backward from the largest α (it disappears at small α), the "
+                        "positional one forward")
     p.add_argument("--out", help="write the rows as CSV (atomically)")
     p.add_argument("--plot", help="write a figure (PNG) of the curves")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -874,12 +874,15 @@ def linear_baseline_B(params=None, *, n: int = 160) -> np.ndarray:
 
 
 def curve(alphas, params=None, branches=("semantic", "positional"), *,
-          sweeps=("forward",), progress: bool = False, **fp_kwargs) -> list[ERMResult]:
+          sweeps=None, progress: bool = False, **fp_kwargs) -> list[ERMResult]:
     """Fixed points along ``alphas`` for each branch by continuation (warm starts).
 
     ``sweeps``: "forward" (increasing α) and/or "backward" (decreasing α); each result carries
-    ``metadata["sweep"]``.  Results are returned branch by branch, sweep by sweep, in increasing
-    α.  ``fp_kwargs`` go to :func:`fixed_point` (mixing, tol, nodes, method, rule, ...).
+    ``metadata["sweep"]``.  Default (None): each branch is followed from where it surely exists
+    — the semantic branch backward from the largest α (it disappears at small α), the
+    positional and trivial ones forward.  Results are returned branch by branch, sweep by
+    sweep, in increasing α.  ``fp_kwargs`` go to :func:`fixed_point` (mixing, tol, nodes,
+    method, rule, ...).
     """
     from theory.solve.continuation import sweep as _sweep
 
@@ -893,11 +896,17 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
     if "rule" not in fp_kwargs:
         fp_kwargs["rule"] = make_rule(fp_kwargs.pop("method", "split"),
                                       fp_kwargs.pop("nodes", None))
+    def sweeps_of(b):
+        if sweeps is not None:
+            return tuple(sweeps)
+        return ("backward",) if b == "semantic" else ("forward",)
+
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(alphas) * len(branches) * len(sweeps), desc="erm curve")
+        bar = tqdm(total=len(alphas) * sum(len(sweeps_of(b)) for b in branches),
+                   desc="erm curve")
     out = []
     for b in branches:
         last = [None]
@@ -912,9 +921,9 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
                 last[0] = r
             return r
 
-        res = _sweep(solve, alphas, None, directions=sweeps, progress=bar,
+        res = _sweep(solve, alphas, None, directions=sweeps_of(b), progress=bar,
                      accept=lambda r, b=b: r.converged and r.branch == b)
-        for d in sweeps:
+        for d in sweeps_of(b):
             for r in res[d]:
                 r.metadata["sweep"] = d
                 out.append(r)
