@@ -689,6 +689,17 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         if len(last) == 16 and v < COLLAPSE and all(b < a for a, b in zip(last, last[1:])):
             return f"the {branch} branch collapsed onto the trivial one (order parameter " \
                    f"{v:.2e} < {COLLAPSE:g}, decreasing for 15 iterations)"
+        # ... or is below 3 COLLAPSE, has decreased at every one of the last 30 iterations, and
+        # the Aitken extrapolation of that decay (iterations -30, -15, 0) ends below COLLAPSE/2
+        # (the slow geometric escape from a branch that ended nearby)
+        last = trace[-31:]
+        if len(last) == 31 and v < 3 * COLLAPSE and all(b < a for a, b in zip(last, last[1:])):
+            a0, a1, a2 = last[0], last[15], last[30]
+            den = a0 + a2 - 2 * a1
+            limit = (a0 * a2 - a1 * a1) / den if den > 0 else math.inf
+            if limit < COLLAPSE / 2:
+                return f"the {branch} branch collapsed onto the trivial one (order parameter " \
+                       f"{v:.2e}, decreasing for 30 iterations towards {max(limit, 0):.1e})"
         return None
 
     iters = 0
@@ -707,7 +718,7 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         pre = None
         if init is not None or branch == "positional":
             pre = newton_iteration(make_F(cheap), start, tol=max(tol, 1e-4) if cheap is not rule
-                                   else tol, max_iter=30, keep_history=keep_history, stop=stop,
+                                   else tol, max_iter=16, keep_history=keep_history, stop=stop,
                                    jacobian0=_jac_for(jac_prev.get("jac_cheap"), keys))
             iters += pre.iterations
         if pre is None or pre.status != "converged":
