@@ -452,8 +452,9 @@ def channel(q, m, theta, V, params, rule: Rule, *, jac: bool = False,
     Returns E[Σg²], E[Σ s g], E[Σ g η], E[Σ g ξ], E[M] (Moreau envelope), E[tr dx̂/dw],
     E[tr dx̂/dh*] (if ``jac``), ε_g (no prox), and the weight of nodes where Newton failed.
     ``symmetry`` (split rule, even η-node count): use the exact η → -η symmetry when θ = 0 or
-    m = 0 (half the work; the odd expectations are then exactly 0).  The tests run with
-    ``symmetry=False`` to check that those expectations vanish without being imposed.
+    m = 0, and with it the ℓ1 ↔ ℓ2 swap when A_11 = A_22 (a quarter of the work; the odd
+    expectations are then exactly 0).  The tests run with ``symmetry=False`` to check the
+    symmetric sums and that the odd expectations vanish without being imposed.
     """
     p = as_params(params)
     if not (q > 0 and V > 0):
@@ -530,6 +531,10 @@ DEFAULT_INIT = {
     "trivial": dict(q=0.05, m=0.0, theta=0.0, V=1.0),
 }
 
+#: what a converged result passes on to a warm-started neighbour (in ``metadata``): the
+#: accurate-minus-cheap shift and the cheap stage's Jacobian
+WARM_EXTRAS = ("cheap_shift", "jac_cheap")
+
 #: |m| or |θ|/σ² below this is "zero" when labelling a fixed point
 LABEL_TOL = 1e-6
 #: during the iteration, θ/σ² (semantic) or |m| (positional) below this and still decreasing
@@ -599,12 +604,15 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     ``init`` overrides (q, m, theta, V) (warm start).
 
     Iteration (``accel``):
-      * ``"newton"`` (default): damped Anderson iteration (``mixing`` = weight on the new
-        iterate) on the cheap rule ``SPLIT_COARSE`` down to a residual of 1e-3, then a
-        quasi-Newton (Broyden) solve of F(x) = x on the requested rule whose starting Jacobian
-        comes from finite differences of the cheap map — typically 2-4 evaluations of the
-        accurate map.  If it stalls, the damped Anderson iteration takes over on the requested
-        rule (said in ``message``).
+      * ``"newton"`` (default): a quasi-Newton (Broyden) solve of F(x) = x on the cheap rule
+        ``SPLIT_COARSE`` (warm starts and positional cold starts; a cold semantic start, or a
+        failed Newton, uses the damped Anderson iteration, ``mixing`` = weight on the new
+        iterate, down to a residual of 1e-3), then a quasi-Newton solve on the requested rule
+        whose starting Jacobian comes from finite differences of the cheap map — typically 2-4
+        evaluations of the accurate map.  If it stalls, the damped Anderson iteration takes
+        over on the requested rule (said in ``message``).  A warm start that is a result (or
+        a dict with the keys of ``WARM_EXTRAS``) also passes on its accurate-minus-cheap shift
+        and cheap Jacobian.
       * ``"anderson"``: damped Anderson iteration, first to 1e-5 on the cheap rule, then on the
         requested one; ``"none"``: the plain damped iteration.
     Convergence: the UNDAMPED map's relative change per order parameter < ``tol`` (default 1e-6,
@@ -634,14 +642,14 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         x0["V"] /= math.sqrt(alpha)
     shift = None
     cheap_x = None
-    jac_prev = {}
+    jac_prev = None
     if init is not None:
         extra = (init.metadata or {}) if hasattr(init, "to_dict") else init
         # a warm start from a neighbouring solution also carries its accurate-minus-cheap shift
         # and the final Jacobian of the cheap quasi-Newton stage (it varies slowly along a
         # branch; the accurate stage starts from the cheap stage's final Jacobian)
         shift = extra.get("cheap_shift")
-        jac_prev = {k: extra[k] for k in ("jac_cheap",) if extra.get(k) is not None}
+        jac_prev = extra.get("jac_cheap")
         if hasattr(init, "to_dict"):
             init = init.to_dict()
         for k in ("q", "m", "theta", "V"):
@@ -708,7 +716,6 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         c = coarse_rule()
         if rule.cost > 2 * c.cost:
             cheap = c
-    pre = None
     if accel == "newton":
         # 1. quasi-Newton on the cheap rule (Jacobian by finite differences of the cheap map);
         #    if it fails, the damped Anderson iteration on the cheap rule down to 1e-3
@@ -719,15 +726,16 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         if init is not None or branch == "positional":
             pre = newton_iteration(make_F(cheap), start, tol=max(tol, 1e-4) if cheap is not rule
                                    else tol, max_iter=16, keep_history=keep_history, stop=stop,
-                                   jacobian0=_jac_for(jac_prev.get("jac_cheap"), keys))
+                                   jacobian0=_jac_for(jac_prev, keys))
             iters += pre.iterations
         if pre is None or pre.status != "converged":
             pre = anderson_iteration(make_F(cheap), start, mixing=mixing,
                                      tol=max(tol, 1e-3), max_iter=max_iter,
                                      keep_history=keep_history, stop=stop)
             iters += pre.iterations
-        if pre.status == "diverged":
-            out = pre
+        if pre.status == "diverged" or (cheap is rule and pre.status == "converged"
+                                        and pre.residual < tol):
+            out = pre  # (no cheap rule: stage 1 already solved the requested equations)
         else:
             begin = dict(pre.x) if pre.status == "converged" else start
             if pre.status == "converged" and shift and cheap is not rule:
@@ -781,13 +789,10 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     out.x = dict(q=out.x["q"], V=out.x["V"], m=out.x.get("m", 0.0),
                  theta=out.x.get("theta", 0.0))
     res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
-    if res.converged and accel == "newton":
-        for name, o in (("jac_cheap", pre),):
-            if o is not None and getattr(o, "jacobian", None) is not None:
-                res.metadata[name] = dict(keys=list(keys), J=o.jacobian[0].tolist(),
-                                          scale=o.jacobian[1].tolist())
-        if cheap is rule:
-            res.metadata.pop("jac_cheap", None)
+    if (res.converged and accel == "newton" and cheap is not rule
+            and getattr(pre, "jacobian", None) is not None):
+        res.metadata["jac_cheap"] = dict(keys=list(keys), J=pre.jacobian[0].tolist(),
+                                         scale=pre.jacobian[1].tolist())
     if cheap_x is not None and res.converged:
         res.metadata["cheap_shift"] = {k: float(getattr(res, k) * (1 if cheap_x[k] >= 0 else -1)
                                               - cheap_x[k]) for k in cheap_x}
@@ -925,8 +930,7 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
         def solve(a, init, b=b, last=last):
             if init is not None and last[0] is not None:
                 # carry the accurate-minus-cheap shift along the branch (defect correction)
-                init = dict(init, **{k: last[0].metadata.get(k)
-                                     for k in ("cheap_shift", "jac_cheap")})
+                init = dict(init, **{k: last[0].metadata.get(k) for k in WARM_EXTRAS})
             r = fixed_point(a, p, b, init=init, **fp_kwargs)
             if r.converged and r.branch == b:
                 last[0] = r
@@ -988,6 +992,7 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
     ``status``: "converged", or "max_iter" when a bracket is missing (the message says which,
     and the field is nan).  ``metadata["solved"]`` counts the fixed points computed.
     """
+    from theory.solve.continuation import _extrapolate
     from theory.solve.transition import find_root
 
     p = as_params(params)
@@ -1011,13 +1016,11 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
         r1 = solved[b][good[0]]
         if len(good) < 2 or abs(good[0] - a) < 1e-12:
             return r1
-        r2 = solved[b][good[1]]
-        t = (a - good[0]) / (good[0] - good[1])
-        out = {k: r1.metadata.get(k) for k in ("cheap_shift", "jac_cheap")}
-        for k in ("q", "m", "theta", "V"):
-            v1, v2 = getattr(r1, k), getattr(r2, k)
-            v = v1 + t * (v1 - v2)
-            out[k] = v if (v > 0) == (v1 > 0) and v != 0 else v1
+        # linear extrapolation from the two nearest (the same guard as in continuation)
+        keys = ("q", "m", "theta", "V")
+        near = [{k: getattr(solved[b][x], k) for k in keys} for x in (good[1], good[0])]
+        out = _extrapolate(near, [good[1], good[0]], a, keys)
+        out.update({k: r1.metadata.get(k) for k in WARM_EXTRAS})
         return out
 
     def solve_at(a, b):

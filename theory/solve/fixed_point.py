@@ -26,6 +26,13 @@ class FixedPointOutcome:
     jacobian: object = None  # (J of the scaled G, scale) at the end (newton_iteration only)
 
 
+def _relative_residual_array(fx, x, atol: float) -> float:
+    """max_k |fx_k - x_k| / max(|fx_k|, atol) for numpy arrays (the array solvers)."""
+    import numpy as np
+
+    return float(np.max(np.abs(fx - x) / np.maximum(np.abs(fx), atol)))
+
+
 def relative_residual(x: dict, fx: dict, atol: float) -> float:
     r = 0.0
     for k in x:
@@ -169,7 +176,7 @@ def anderson_iteration(
         if scale is None:  # fixed scaling for the whole run (keeps the differences consistent)
             scale = np.maximum(np.maximum(np.abs(fx), np.abs(x)), atol)
         r = (fx - x) / scale
-        res = float(np.max(np.abs(fx - x) / np.maximum(np.abs(fx), atol)))
+        res = _relative_residual_array(fx, x, atol)
         if keep_history:
             hist.append(dict(xd, residual=res, mixing=beta))
         if best is None or res < best[0]:
@@ -291,28 +298,19 @@ def newton_iteration(
             J[:, j] = ((fp - xp) / scale - g0) / (h / scale[j])
         return J, n
 
-    def resid(fx, xv):
-        return float(np.max(np.abs(fx - xv) / np.maximum(np.abs(fx), atol)))
-
     Fd, fx, aux, err = call(F, x)
     it += 1
     if fx is None:
         return FixedPointOutcome(dict(zip(keys, x)), {}, "nan", it, math.nan,
                                  f"map failed at the start: {err}", hist, None)
     g = (fx - x) / scale
-    res = resid(fx, x)
+    res = _relative_residual_array(fx, x, atol)
     cheap = jacobian_map if jacobian_map is not None else F
+    J = None  # computed only once a step is needed (a start already converged costs one map)
     if jacobian0 is not None:
         J0, s0 = jacobian0
         J = (np.asarray(J0) * np.asarray(s0)[:, None] / np.asarray(s0)[None, :]
              / scale[:, None] * scale[None, :])
-    else:
-        J, n = fd_jacobian(cheap, x, g if cheap is F else None)
-        if cheap is F:
-            it += n
-    if J is None:
-        return FixedPointOutcome(dict(zip(keys, x)), Fd, "nan", it, res,
-                                 "the Jacobian's map failed near the start", hist, aux)
     fresh = "cheap" if cheap is not F else "F"  # where the current J was last recomputed
     message = ""
     while True:
@@ -320,7 +318,8 @@ def newton_iteration(
             hist.append(dict(zip(keys, x), residual=res))
         if res < tol:
             return FixedPointOutcome(dict(zip(keys, x)), Fd, "converged", it, res, message,
-                                     hist, aux, (J.copy(), scale.copy()))
+                                     hist, aux,
+                                     None if J is None else (J.copy(), scale.copy()))
         why = stop(Fd, it) if stop is not None else None
         if why:
             return FixedPointOutcome(dict(zip(keys, x)), Fd, "diverged", it, res, why, hist,
@@ -329,6 +328,13 @@ def newton_iteration(
             return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
                                      message or f"no convergence in {max_iter} map evaluations",
                                      hist, aux)
+        if J is None:
+            J, n = fd_jacobian(cheap, x, g if cheap is F else None)
+            if cheap is F:
+                it += n
+            if J is None:
+                return FixedPointOutcome(dict(zip(keys, x)), Fd, "nan", it, res,
+                                         "the Jacobian's map failed near the start", hist, aux)
         try:
             dy = -np.linalg.solve(J, g)
         except np.linalg.LinAlgError:
@@ -348,7 +354,7 @@ def newton_iteration(
                 gn = (fn - xn) / scale
                 s = dx / scale
                 J = J + np.outer(gn - g - J @ s, s) / float(s @ s)  # Broyden ("good") update
-                rn = resid(fn, xn)
+                rn = _relative_residual_array(fn, xn, atol)
                 if float(np.linalg.norm(gn)) < norm_g or rn < tol:
                     x, Fd, fx, aux, g, res = xn, Fn, fn, auxn, gn, rn
                     accepted = True
