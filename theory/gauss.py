@@ -384,32 +384,45 @@ def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
                 out2[q] += d * d
 
 
-def mc_normals_numpy_reference(seed: int, chunk: int, count: int) -> np.ndarray:
-    """Pure-Python replica of the numba generator (xoshiro256** + ziggurat) for tests."""
-    mask = (1 << 64) - 1
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix64_py(x: int, count: int) -> list[int]:
+    """``count`` outputs of splitmix64 from state ``x`` (pure Python; seeds xoshiro256**)."""
+    out = []
+    x &= _MASK64
+    for _ in range(count):
+        x = (x + 0x9E3779B97F4A7C15) & _MASK64
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        out.append(z ^ (z >> 31))
+    return out
+
+
+def xoshiro256ss_next_py(st: list[int]) -> int:
+    """One xoshiro256** output; advances the 4-word state list ``st`` in place (pure Python)."""
 
     def rotl(x, k):
-        return ((x << k) | (x >> (64 - k))) & mask
+        return ((x << k) | (x >> (64 - k))) & _MASK64
 
-    x = (int(seed) ^ (int(chunk) * 0xD1342543DE82EF95)) & mask
-    st = []
-    for _ in range(4):
-        x = (x + 0x9E3779B97F4A7C15) & mask
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-        st.append(z ^ (z >> 31))
+    r = (rotl((st[1] * 5) & _MASK64, 7) * 9) & _MASK64
+    t = (st[1] << 17) & _MASK64
+    st[2] ^= st[0]
+    st[3] ^= st[1]
+    st[1] ^= st[2]
+    st[0] ^= st[3]
+    st[2] ^= t
+    st[3] = rotl(st[3], 45)
+    return r
+
+
+def mc_normals_numpy_reference(seed: int, chunk: int, count: int) -> np.ndarray:
+    """Pure-Python replica of the numba generator (xoshiro256** + ziggurat) for tests."""
+    st = splitmix64_py(int(seed) ^ (int(chunk) * 0xD1342543DE82EF95), 4)
 
     def nxt():
-        r = (rotl((st[1] * 5) & mask, 7) * 9) & mask
-        t = (st[1] << 17) & mask
-        st[2] ^= st[0]
-        st[3] ^= st[1]
-        st[1] ^= st[2]
-        st[0] ^= st[3]
-        st[2] ^= t
-        st[3] = rotl(st[3], 45)
-        return r
+        return xoshiro256ss_next_py(st)
 
     def uni():
         return ((nxt() >> 11) + 0.5) / 9007199254740992.0

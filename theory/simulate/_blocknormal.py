@@ -54,6 +54,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from theory.gauss import splitmix64_py, xoshiro256ss_next_py
+
 _U64 = np.uint64
 
 NLANES = 64                  # xoshiro lanes (vector loop length)
@@ -318,40 +320,17 @@ def fill_block_normals(S, s, out):
 def seed_block_state(seed: int, nlanes: int = NLANES) -> tuple[np.ndarray, np.ndarray]:
     """(S (4, nlanes), s (4,)) uint64 states from an integer seed: consecutive splitmix64
     outputs (lane j gets outputs 4j..4j+3, the scalar state the last four)."""
-    mask = (1 << 64) - 1
-    x = int(seed) & mask
-    vals = []
-    for _ in range(4 * nlanes + 4):
-        x = (x + 0x9E3779B97F4A7C15) & mask
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-        vals.append(z ^ (z >> 31))
-    arr = np.array(vals, dtype=np.uint64)
+    arr = np.array(splitmix64_py(int(seed), 4 * nlanes + 4), dtype=np.uint64)
     S = np.ascontiguousarray(arr[:4 * nlanes].reshape(nlanes, 4).T)
     return S, arr[4 * nlanes:].copy()
 
 
 def block_normals_numpy_reference(seed: int, n: int, nlanes: int = NLANES) -> np.ndarray:
     """Pure-Python replay of ``fill_block_normals`` from ``seed_block_state(seed)`` (tests)."""
-    mask = (1 << 64) - 1
+    nxt = xoshiro256ss_next_py
     S, s = seed_block_state(seed, nlanes)
     lanes = [[int(S[k, j]) for k in range(4)] for j in range(nlanes)]
     sc = [int(v) for v in s]
-
-    def rotl(x, k):
-        return ((x << k) | (x >> (64 - k))) & mask
-
-    def nxt(st):
-        r = (rotl((st[1] * 5) & mask, 7) * 9) & mask
-        t = (st[1] << 17) & mask
-        st[2] ^= st[0]
-        st[3] ^= st[1]
-        st[1] ^= st[2]
-        st[0] ^= st[3]
-        st[2] ^= t
-        st[3] = rotl(st[3], 45)
-        return r
 
     def uni():
         return ((nxt(sc) >> 11) + 0.5) / 9007199254740992.0
