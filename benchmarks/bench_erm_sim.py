@@ -147,12 +147,130 @@ def tracking_table(init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=
             Q0 = np.full(d, m0) if init == "positional" else None
             h = run_gamp(2.0, 0.3, d, init, seed, problem=pb, mixing=mixing, max_iter=T, tol=0.0,
                          V0=V0, channel="effective", prox_mode="global", divergence=divergence,
-                         Q0=Q0).history
+                         Q0=Q0, restarts=0).history
             dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
                         h["V"] / se["V"] - 1])
         rms = np.sqrt((np.array(dev)[:, :, 1:] ** 2).mean(0)).max(1)
         print(f"{d:6d} {seeds:5d}  {'':20} {rms[0]:8.5f} {rms[1]:8.5f} {rms[2]:8.5f} "
               f"{rms[3]:8.5f}   " + " ".join(f"{v * np.sqrt(d):.3f}" for v in rms), flush=True)
+
+
+# ------------------------------------------------------------------ positional branch, issue 3
+
+POS = dict(alpha=2.0, omega=0.3, m0=0.26, V0=11.0, mixing=0.15)
+
+
+def divergence_table(n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.1, 0.2, 0.3, 0.4),
+                     reps=6):
+    """V-hat estimators against the replica value at the positional fixed point (alpha = 2,
+    omega = 0.3): a synthetic population of the large-d channel (w = s m + sqrt(q) xi, h* =
+    sigma eta, theta = 0 on this branch).  Bias from one population of n_big, relative error
+    at GAMP's sample sizes n from `reps` independent populations."""
+    from theory.models import positional_semantic as ps
+    from theory.simulate.gamp import fd_divergence, prox, stein_hats
+
+    p = ps.ERMParams(omega=POS["omega"])
+    t = time.perf_counter()
+    fp = ps.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
+    q, m, V, alpha = fp.q, fp.m, fp.V, POS["alpha"]
+    vh, vj = fp.Vhat, fp.metadata["Vhat_jac"]
+    print(f"\nreplica positional fixed point ({time.perf_counter() - t:.0f} s): q {q:.6f} m "
+          f"{m:.6f} V {V:.4f}; Vhat (Stein form, jumps included) {vh:.6f}, mean per-sample "
+          f"Jacobian {vj:.6f} ({vj / vh - 1:+.2%}): jump part {vh - vj:.6f}")
+
+    def population(n, rng):
+        w = np.sqrt(q) * rng.standard_normal((n, 2)) + np.array([1.0, -1.0]) * m
+        hs = p.sigma * rng.standard_normal((n, 2))
+        tt = ps.teacher_diag(hs, p)
+        return w, hs, np.full(n, p.s2), tt[:, 0], tt[:, 1]
+
+    def estimates(n, rng, deltas):
+        w, hs, k, a, b = population(n, rng)
+        px = prox(w, V, k, a, b)
+        jac = (np.trace(px.jac, axis1=1, axis2=2) - 2) / V
+        g = (px.x - w) / V
+        st, _ = stein_hats(w - np.array([1.0, -1.0]) * m, hs, g, q, 0.0, p.rho, alpha,
+                           -alpha * jac.mean())
+        out = dict(jacobian=-alpha * jac, stein=st)
+        for dl in deltas:
+            out[dl] = -alpha * fd_divergence(w, V, k, a, b, dl, px=px)[0]
+        return out, jac
+
+    t = time.perf_counter()
+    e, jac = estimates(n_big, np.random.default_rng(1), deltas)
+    print(f"bias, one population of {n_big} ({time.perf_counter() - t:.0f} s): jacobian "
+          f"{e['jacobian'].mean() / vh - 1:+.4f} rel., stein {e['stein'] / vh - 1:+.4f}")
+    print(f"{'delta':>6} {'Vhat_fd/Vhat - 1':>18} {'(jump part: fd - jac)/(replica jump) - 1':>42}"
+          f" {'s.e.':>7}  per-sample sd of fd-jac")
+    for dl in deltas:
+        j = e[dl] + alpha * jac
+        print(f"{dl:6.3f} {e[dl].mean() / vh - 1:+18.4f} {j.mean() / (vh - vj) - 1:+42.3f} "
+              f"{j.std() / np.sqrt(n_big) / abs(vh - vj):7.3f}  {j.std():.4f}", flush=True)
+    print(f"\nrelative error of Vhat at sample size n, RMS over {reps} populations (seeds "
+          f"10..), against the replica Vhat; 'jacobian' is biased by {vj / vh - 1:+.2%}")
+    print(f"{'n':>6} {'jacobian':>9} {'stein':>9} " + " ".join(f"fd {dl:<5}" for dl in deltas)
+          + "  fd default")
+    from theory.simulate.gamp import default_fd_delta
+    for n in ns:
+        errs = {key: [] for key in ["jacobian", "stein", *deltas, "default"]}
+        for r in range(reps):
+            dd = default_fd_delta(n)
+            e, _ = estimates(n, np.random.default_rng(10 + r), (*deltas, dd))
+            for key in ("jacobian", "stein", *deltas):
+                errs[key].append(np.mean(e[key]) / vh - 1)
+            errs["default"].append(np.mean(e[dd]) / vh - 1)
+        rms = {key: np.sqrt(np.mean(np.square(v))) for key, v in errs.items()}
+        print(f"{n:6d} {rms['jacobian']:9.4f} {rms['stein']:9.4f} "
+              + " ".join(f"{rms[dl]:8.4f}" for dl in deltas)
+              + f"  {rms['default']:.4f} (delta {default_fd_delta(n):.3f})", flush=True)
+
+
+def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=("fd", "jacobian"),
+                    n_pop=200_000, se_rngs=(123, 124)):
+    """GAMP (effective channel, global prox, restarts off) from Q0 = m0 1_d on the positional
+    side, and its two-time state evolution from the large-d Gram (two SE populations, to see
+    the SE's own Monte Carlo error), T iterations at fixed mixing.  Every run is appended to the
+    JSON file ``path`` as it finishes (a rerun skips what is there)."""
+    import json
+    import os
+
+    from theory._util import atomic_write_text, dumps_json
+    from theory.simulate.erm_gd import make_problem
+    from theory.simulate.gamp import large_d_gram, run_gamp, state_evolution
+
+    keys = ("q", "m", "theta", "V", "Vhat")
+    db = json.load(open(path)) if os.path.exists(path) else {}
+
+    def save():
+        atomic_write_text(path, dumps_json(db))
+
+    a, om, m0, V0, mix = (POS[k] for k in ("alpha", "omega", "m0", "V0", "mixing"))
+    for r in se_rngs:
+        for div in ("stein", "jacobian"):
+            key = f"se/{div}/{n_pop}/{r}/{T}"
+            if key in db:
+                continue
+            t = time.perf_counter()
+            h = state_evolution(a, om, T, gram=large_d_gram("positional", m0=m0), V0=V0,
+                                mixing=mix, n_pop=n_pop, rng=r, divergence=div).history
+            db[key] = {k: h[k] for k in keys}
+            save()
+            print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
+    for d in ds:
+        for seed in range(seeds):
+            pb = None
+            for div in divergences:
+                key = f"gamp/{div}/{d}/{seed}/{T}"
+                if key in db:
+                    continue
+                pb = pb or make_problem(a, om, d, seed, n_test=2)
+                t = time.perf_counter()
+                r = run_gamp(a, om, d, "positional", seed, problem=pb, mixing=mix, max_iter=T,
+                             tol=0.0, V0=V0, channel="effective", prox_mode="global",
+                             divergence=div, Q0=np.full(d, m0), restarts=0)
+                db[key] = {k: r.history[k] for k in keys}
+                save()
+                print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -201,11 +201,75 @@ def _finish(x, w, V, kappa, astar, bstar) -> Prox:
     return Prox(x=x, jac=jac, value=value)
 
 
+def fd_divergence(w, V, kappa, astar, bstar, delta, *, px=None):
+    """Per-sample divergence ``tr(d g / d w)`` of ``g = (prox(w) - w)/V`` INCLUDING the jumps of
+    the global prox minimiser, from the data only (no teacher fields): the central difference
+    of the GLOBAL ``g`` along both axes,
+    ``div_mu = sum_l [g(w_mu + delta e_l) - g(w_mu - delta e_l)]_l / (2 delta)``.
+    Returns ``(div (n,), fraction of samples whose global minimiser switches basin within
+    delta)``.
+
+    Why.  Where a sample's global minimiser stays in one basin ``g`` is smooth and its
+    divergence is the per-sample Jacobian ``(tr((I + V hess)^{-1}) - 2)/V``.  Where it jumps to
+    another basin across a curve of the plane of ``w``, the distributional divergence has a
+    singular part ``[g] . n delta_curve`` (jump ``[g]``, normal ``n``) that the per-sample
+    Jacobian misses; averaged over samples it is -7 % of ``Vhat`` on the positional branch
+    (alpha = 2, omega = 0.3; 0.5 % on the semantic branch).  The central difference sees it:
+    for samples at signed distance ``t`` from the switching curve with density ``p(t)``, the
+    mean of the difference quotient is ``(1/2 delta) int_-delta^delta [g](t) p(t) dt =
+    [g](0) p(0) (1 + O(delta^2))`` (first-order terms cancel), and on the smooth part the
+    error is ``O(delta^2)`` too.  (Keeping the exact Jacobian for the samples whose shifted
+    minimisers follow the linearisation was tried: it misses the small jumps near the cusps
+    where two basins merge and was biased by -5 % of the jump part at delta >= 0.08.)
+
+    Bias-variance choice of ``delta``.  Bias ``b delta^2`` (curvature of ``p``, of the jump, of
+    the switching curve, third derivative of the smooth part).  The jump term is carried by
+    the ~``2 delta p n`` samples within ``delta`` of the curve, each contributing
+    ``O([g]/delta)``: variance ``c / (n delta)`` on top of the ``O(1/n)`` spread of the smooth
+    part.  The mean square error ``b^2 delta^4 + c/(n delta)`` is smallest at
+    ``delta* = (c / (4 b^2 n))^(1/5)``, i.e. ``delta ~ n^{-1/5}``.  Measured on the positional
+    branch: :func:`default_fd_delta` and BENCHMARKS.md.
+
+    ``kappa, astar, bstar`` as in :func:`prox`; ``px`` the global :func:`prox` at ``w`` if
+    already computed (only used to count the switches).  Cost: four global prox calls.
+    """
+    w = np.asarray(w, float)
+    n = w.shape[0]
+    if not delta > 0:
+        raise ValueError(f"the finite-difference step delta must be > 0, got {delta!r}")
+    if px is None:
+        px = prox(w, V, kappa, astar, bstar)
+    Vv = np.broadcast_to(np.asarray(V, float), (n,))
+    div = np.zeros(n)
+    switched = np.zeros(n, bool)
+    for ell in range(2):
+        xg = {}
+        for sign in (1.0, -1.0):
+            ws = w.copy()
+            ws[:, ell] += sign * delta
+            xg[sign] = prox(ws, V, kappa, astar, bstar).x
+            # far from the linearisation: another basin (0.5 delta: a jump is O(1))
+            lin = px.x + sign * delta * px.jac[:, :, ell]
+            switched |= np.abs(xg[sign] - lin).max(-1) > 0.5 * delta
+        div += ((xg[1.0] - xg[-1.0])[:, ell] / (2 * delta) - 1) / Vv
+    return div, float(switched.mean())
+
+
 # --------------------------------------------------------------------------- GAMP
 
 POSITIONAL_M0 = 0.2
 SIGNS = np.array([1.0, -1.0])  # s_l of the positional encodings
-DIVERGENCES = ("jacobian", "stein")
+DIVERGENCES = ("fd", "jacobian", "stein")
+
+
+def default_fd_delta(n: int) -> float:
+    """Default finite-difference step of :func:`fd_divergence` for ``n`` samples (fields in
+    the units of ``w``): ``FD_DELTA_4000 (n / 4000)^(-1/5)``, the bias-variance optimum's
+    scaling (see :func:`fd_divergence`; constant measured on the positional branch)."""
+    return FD_DELTA_4000 * (n / 4000.0) ** -0.2
+
+
+FD_DELTA_4000 = 0.2
 
 
 def stein_hats(wc, hstar, g, q, theta, rho, alpha, vhat_jac):
@@ -255,7 +319,8 @@ def _effective_prox(w, V, hstar, params):
 def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A=None,
              max_iter=400, mixing=0.2, tol=1e-6, V0=10.0, channel="exact", n_test=10_000,
              init_scale=None, problem=None, Q0=None, return_weights=False, prox_mode="auto",
-             n_global=30, divergence="jacobian"):
+             n_global=30, divergence="jacobian", fd_delta=None, restarts=2,
+             stall_window=20, stall_factor=0.7):
     """Run GAMP on one seed's data (same teacher/data as :func:`simulate_gd` with that seed).
 
     Damping (``mixing`` = weight of the new iterate): ``Qhat``, ``V`` and the Onsager term
@@ -318,13 +383,20 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         if channel == "effective" else None
     Q = np.array(Q0, float) if Q0 is not None else initial_gamp_weights(init, problem, seed,
                                                                         init_scale)
+    Q_init = Q.copy()
     V = float(V0)
     O = np.zeros((data.n, 2))  # damped Onsager term
     x_prev = data.fields(Q)
-    hist = {k: [] for k in ("q", "m", "theta", "V", "Vhat", "residual", "stability")}
+    hist = {k: [] for k in ("q", "m", "theta", "V", "Vhat", "residual", "stability",
+                            "stability_max", "fd_flagged", "mixing")}
+    mixing0, backoffs, start, global_until, budget = mixing, [], 0, n_global, int(max_iter)
     status, it, Vhat, stab, n_clipped = "max_iter", 0, np.nan, np.nan, 0
+    delta = default_fd_delta(data.n) if fd_delta is None else float(fd_delta)
 
-    def record(Q, V, Vhat, res, stab=np.nan):
+    def record(Q, V, Vhat, res, stab=np.nan, stab_max=np.nan, flagged=np.nan):
+        hist["stability_max"].append(stab_max)
+        hist["fd_flagged"].append(flagged)
+        hist["mixing"].append(mixing)
         hist["q"].append(s2 * (Q @ Q) / d)
         hist["m"].append(Q.sum() / d)
         hist["theta"].append(s2 * (teacher.qstar @ Q) / d)
@@ -334,16 +406,23 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         hist["stability"].append(stab)
 
     record(Q, V, np.nan, np.nan)
-    for it in range(1, int(max_iter) + 1):
+    it = 0
+    while it < budget:
+        it += 1
         w = data.fields(Q) - O
-        warm = prox_mode == "warm" or (prox_mode == "auto" and it > n_global)
-        if params is not None and not warm:
+        warm = prox_mode == "warm" or (prox_mode == "auto" and it > global_until)
+        fd = divergence == "fd" and not warm
+        if params is not None and not warm and not fd:
             px = _effective_prox(w, V, data.hstar, params)
         else:
             px = prox(w, V, *ch[:3], x_start=x_prev if warm else None)
         x_prev = px.x
         g = (px.x - w) / V
         Vhat = -(np.trace(px.jac, axis1=1, axis2=2) - 2).sum() / (V * d)
+        flagged = np.nan
+        if fd:
+            div, flagged = fd_divergence(w, V, *ch[:3], delta, px=px)
+            Vhat = -div.sum() / d
         if divergence == "stein":
             q, m, th = hist["q"][-1], hist["m"][-1], hist["theta"][-1]
             Vhat, _ = stein_hats(w - SIGNS * m, data.hstar, g, q, th, teacher.rho, data.n / d,
@@ -358,29 +437,53 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         V_new = s2 / D
         # replicon (AT-type) stability of the fixed point: GAMP converges only if < 1
         dg = (px.jac - np.eye(2)) / V  # d g / d w, (n, 2, 2)
-        stab = V_new**2 * (dg**2).sum() / d
+        per_sample = V_new**2 * (dg**2).sum(axis=(1, 2)) / d
+        stab = per_sample.sum()
         res = max(np.linalg.norm(Q_new - Q) / max(np.linalg.norm(Q), 1e-300),
                   abs(V_new - V) / V)
         Q = mixing * Q_new + (1 - mixing) * Q
         O = mixing * V_new * g + (1 - mixing) * O
         V = mixing * V_new + (1 - mixing) * V
-        record(Q, V, Vhat, res, stab)
+        record(Q, V, Vhat, res, stab, per_sample.max(), flagged)
         if not np.all(np.isfinite(Q)):
             status = "nan"
             break
         if res < tol:
             status = "converged"
             break
+        # stalled (best residual of the last window not below stall_factor x the best of the
+        # window before, after the global phase): restart from the initial state with half
+        # the mixing and twice the iterations (see the docstring: why not just back off)
+        W = int(stall_window)
+        if len(backoffs) < restarts and it - start >= max(2 * W, n_global + W):
+            r_hist = hist["residual"]
+            if min(r_hist[-W:]) > stall_factor * min(r_hist[-2 * W:-W]):
+                mixing /= 2
+                backoffs.append((it, mixing))
+                start, global_until = it, it + n_global
+                budget = it + int(max_iter * mixing0 / mixing)
+                Q, V, O = Q_init.copy(), float(V0), np.zeros((data.n, 2))
+                x_prev = data.fields(Q)
+    worst = {}
+    if it > 0 and np.isfinite(stab):
+        # the sample that dominates the stability index: eigenvalues of V d g / d w (> 0 only
+        # for a non-convex basin; large near a fold of the basin, where I + V hess -> singular)
+        i = int(np.argmax(per_sample))
+        worst = dict(stability_max=float(per_sample[i]), stability_max_sample=i,
+                     stability_max_eigs=np.linalg.eigvalsh(V * dg[i]).tolist())
     fields = evaluate(Q, problem, lam, seed=seed, init=init)
     out = GAMPResult(
         V=V, Vhat=float(Vhat), iterations=it, channel=channel, stability=float(stab),
         status=status, message=f"GAMP ({channel} channel): {status} after {it} iterations",
         history={k: np.array(v) for k, v in hist.items()},
         params=dict(alpha=float(alpha), omega=float(omega), d=d, sigma=sigma, lam=lam,
-                    A=A.tolist(), init=init, seed=int(seed), mixing=mixing, tol=tol, V0=V0,
+                    A=A.tolist(), init=init, seed=int(seed), mixing=mixing0, tol=tol, V0=V0,
                     max_iter=max_iter, channel=channel, prox_mode=prox_mode, n_global=n_global,
-                    divergence=divergence),
-        metadata=dict(method="gamp", n_vhat_clipped=int(n_clipped)),
+                    divergence=divergence, fd_delta=delta if divergence == "fd" else None,
+                    restarts=restarts, stall_window=stall_window, stall_factor=stall_factor),
+        metadata=dict(method="gamp", n_vhat_clipped=int(n_clipped),
+                      restarts=[[int(i), float(mu)] for i, mu in backoffs],
+                      mixing_final=float(mixing), **worst),
         **fields,
     )
     return (out, Q) if return_weights else out
@@ -439,8 +542,9 @@ def state_evolution(alpha, omega, n_iter, *, gram, V0=10.0, mixing=0.3, sigma=0.
         Qhat_t = mixing b_t / D_t + (1 - mixing) Qhat_{t-1},   D_t = lam + sigma^2 Vhat_t,
         V_t = mixing sigma^2 / D_t + (1 - mixing) V_{t-1}
 
-    where ``Vhat_t`` is what GAMP uses (``divergence``: "stein" = Vhat^true, "jacobian" = the
-    mean per-sample Jacobian; clipped at 0) and
+    where ``Vhat_t`` is what GAMP uses (``divergence``: "stein" = Vhat^true, also for GAMP's
+    "fd", which estimates the same full divergence from the data; "jacobian" = the mean
+    per-sample Jacobian; clipped at 0) and
     ``Vhat^true, thetahat`` are the coefficients of the backprojection's reaction along
     ``Qhat_{t-1}`` and ``Q*`` (Stein's lemma in distribution form: they include the jumps of the
     global prox, which the per-sample Jacobian misses).  The centred fields of a token
@@ -455,6 +559,8 @@ def state_evolution(alpha, omega, n_iter, *, gram, V0=10.0, mixing=0.3, sigma=0.
     sigma, lam, A = check_params(alpha=alpha, omega=omega, sigma=sigma, lam=lam, A=A)
     if not (0 < mixing <= 1):
         raise ValueError(f"mixing must lie in (0, 1], got {mixing!r}")
+    if divergence == "fd":  # GAMP's "fd" estimates the full divergence: Stein's Vhat^true
+        divergence = "stein"
     if divergence not in DIVERGENCES:
         raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
     G = np.asarray(gram, float)
@@ -559,7 +665,7 @@ def tracking(alpha, omega, d, seed=0, init="semantic", *, n_iter=30, mixing=0.3,
         problem = make_problem(alpha, omega, d, seed, sigma=sigma, A=A, n_test=2)
     r = run_gamp(alpha, omega, d, init, seed, sigma=sigma, lam=lam, A=A, problem=problem,
                  mixing=mixing, max_iter=n_iter, tol=0.0, V0=V0, channel="effective",
-                 prox_mode="global", divergence=divergence)
+                 prox_mode="global", divergence=divergence, restarts=0)
     G = instance_gram(problem, initial_gamp_weights(init, problem, seed))
     se = state_evolution(alpha, omega, n_iter, gram=G, V0=V0, mixing=mixing, sigma=sigma,
                          lam=lam, A=A, n_pop=n_pop, rng=np.random.SeedSequence([seed, d, 7]),
