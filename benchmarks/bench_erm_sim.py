@@ -225,6 +225,52 @@ def divergence_table(n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.
               + f"  {rms['default']:.4f} (delta {default_fd_delta(n):.3f})", flush=True)
 
 
+def se_linearisation(h=1e-4):
+    """Eigenvalues of the Jacobian of the undamped replica map (q, m, theta, V) -> F at the
+    positional fixed point (alpha = 2, omega = 0.3; central differences, split rule), and the
+    multipliers 1 - mu (1 - lambda) of the damped map at mixing mu."""
+    from theory.models import positional_semantic as ps
+    from theory.simulate.gamp import state_evolution_onetime
+
+    p = ps.ERMParams(omega=POS["omega"])
+    fp = ps.fixed_point(POS["alpha"], p, branch="positional", tol=1e-9)
+    x0 = dict(q=fp.q, m=fp.m, theta=0.0, V=fp.V)
+    names = ("q", "m", "theta", "V")
+    rule = ps.make_rule("split")
+
+    def F(x):
+        out = state_evolution_onetime(x, POS["alpha"], POS["omega"], 1, mixing=1.0, rule=rule)
+        return np.array([out[k][1] for k in names])
+
+    f0 = F(x0)
+    print(f"\nundamped replica map at the positional fixed point: |F(x*) - x*| = "
+          f"{np.abs(f0 - np.array([x0[k] for k in names])).max():.1e}")
+    J = np.zeros((4, 4))
+    for j, k in enumerate(names):
+        step = h * max(abs(x0[k]), 1.0 if k == "theta" else 1e-3)
+        xp, xm = dict(x0), dict(x0)
+        xp[k] += step
+        xm[k] -= step
+        if k == "theta":  # F is even in theta: the theta-row/column comes from one side
+            J[:, j] = (F(xp) - f0) / step
+        else:
+            J[:, j] = (F(xp) - F(xm)) / (2 * step)
+    J[2, [0, 1, 3]] = 0.0  # theta = 0 is invariant (exact), theta -> (q, m, V) is second order
+    J[[0, 1, 3], 2] = 0.0
+    lam = np.linalg.eigvals(J)
+    print("Jacobian (rows F_q, F_m, F_theta, F_V; columns q, m, theta, V):")
+    print(np.array2string(J, precision=4))
+    print("eigenvalues of the undamped map:", np.array2string(np.sort_complex(lam), precision=4))
+    for mu in (0.15, 0.2, 0.3):
+        lm = 1 - mu * (1 - lam)
+        print(f"damped map, mixing {mu}: multipliers "
+              f"{np.array2string(np.sort_complex(lm), precision=4)}; slowest 1/(1 - |lambda|) = "
+              f"{1 / (1 - np.abs(lm).max()):.1f} iterations")
+    print(f"fixed point (mixing-independent): 1/(1 - lambda) = "
+          f"{np.array2string(1 / (1 - np.sort_complex(lam)), precision=3)}")
+    return J, lam
+
+
 def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=("fd", "jacobian"),
                     n_pop=200_000, se_rngs=(123, 124)):
     """GAMP (effective channel, global prox, restarts off) from Q0 = m0 1_d on the positional
@@ -271,6 +317,65 @@ def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=
                 db[key] = {k: r.history[k] for k in keys}
                 save()
                 print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
+
+
+def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
+    """Tables from :func:`positional_runs`: per d and divergence, RMS over seeds of the worst
+    iteration's |GAMP - SE| and of the mean over the last ``t_end`` iterations (near the fixed
+    point), times sqrt(d); the mean (signed) deviation there with its standard error; the
+    log-log slope of the RMS in d; the SE's own Monte Carlo error (two populations)."""
+    import json
+
+    db = json.load(open(path))
+    keys = ("q", "m", "theta", "V")
+
+    def dev(h, s):
+        return np.array([np.asarray(h[k]) - np.asarray(s[k]) if k != "V"
+                         else np.asarray(h[k]) / np.asarray(s[k]) - 1 for k in keys])[:, 1:]
+
+    out = {}
+    for div, se_div in (("fd", "stein"), ("jacobian", "jacobian")):
+        ses = [db.get(f"se/{se_div}/{n_pop}/{r}/{T}") for r in se_rngs]
+        if any(s is None for s in ses):
+            continue
+        se = {k: np.mean([s[k] for s in ses], axis=0) for k in keys}
+        dse = dev(ses[0], ses[1]) / 2  # error of the average of two populations ~ half diff
+        print(f"\nGAMP divergence={div} vs SE divergence={se_div} (mean of {len(ses)} "
+              f"populations of {n_pop}); positional start m0 {POS['m0']}, V0 {POS['V0']}, "
+              f"mixing {POS['mixing']}, {T} iterations.  SE Monte Carlo error (half the "
+              f"difference of the two populations): worst iteration "
+              + ", ".join(f"{k} {np.abs(dse[i]).max():.1e}" for i, k in enumerate(keys))
+              + "; last iterations " + ", ".join(f"{k} {np.abs(dse[i, -t_end:]).mean():.1e}"
+                                                 for i, k in enumerate(keys)))
+        print(f"{'d':>5} {'S':>3} | worst-t RMS:  q        m        theta    V(rel)  | x sqrt(d)"
+              f"                   | end RMS: q        m        theta    V(rel)  | x sqrt(d)"
+              f"                   | end mean +- s.e. (m, V)")
+        ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"gamp/{div}/")})
+        rows = []
+        for d in ds:
+            runs = [db[k] for k in db if k.startswith(f"gamp/{div}/{d}/") and k.endswith(f"/{T}")]
+            D = np.array([dev(h, se) for h in runs])  # (S, 4, T)
+            worst = np.sqrt((D**2).mean(0)).max(-1)
+            endv = D[:, :, -t_end:].mean(-1)  # (S, 4)
+            end = np.sqrt((endv**2).mean(0))
+            mean, sem = endv.mean(0), endv.std(0, ddof=1) / np.sqrt(len(runs))
+            rows.append((d, worst, end))
+            def f(v):
+                return " ".join(f"{x:8.5f}" for x in v)
+
+            def g(v, d=d):
+                return " ".join(f"{x * np.sqrt(d):6.3f}" for x in v)
+
+            print(f"{d:5d} {len(runs):3d} | {f(worst)} | {g(worst)} | {f(end)} | {g(end)} | "
+                  f"{mean[1]:+.4f}+-{sem[1]:.4f} {mean[3]:+.4f}+-{sem[3]:.4f}", flush=True)
+        if len(rows) > 1:
+            ld = np.log([r[0] for r in rows])
+            for name, j in (("worst-t", 1), ("end", 2)):
+                sl = [np.polyfit(ld, np.log([r[j][i] for r in rows]), 1)[0] for i in range(4)]
+                print(f"  log-log slope in d, {name}: " + ", ".join(
+                    f"{k} {s_:+.2f}" for k, s_ in zip(keys, sl)))
+        out[div] = rows
+    return out
 
 
 if __name__ == "__main__":

@@ -48,12 +48,13 @@ public ``channel`` / ``hats_from_channel`` / ``overlaps_from_hats``; :func:`trac
 and its state evolution from the matching initialisation.  Measured tracking and its d-scaling:
 BENCHMARKS.md, "ERM (finite-d simulation)".
 
-Divergence and the jumps of the prox.  GAMP's Vhat (the per-sample Jacobian) misses the jump
-part of the divergence of g where the global prox minimiser jumps between basins: 0.5 % of Vhat
-on the semantic branch, ~6 % on the positional branch (alpha = 2, omega = 0.3).  The Onsager
-terms are then off by that much, so GAMP follows its state evolution closely on the semantic
-branch and only approximately on the positional one; ``divergence="stein"`` (an oracle that
-uses the teacher fields) estimates the full divergence at the price of O(1/(q sqrt(n))) noise.
+Divergence and the jumps of the prox.  The per-sample Jacobian misses the jump part of the
+divergence of g where the global prox minimiser jumps between basins: 0.5 % of Vhat in size on
+the semantic branch, -7.6 % on the positional branch (alpha = 2, omega = 0.3).  The default
+``divergence="fd"`` (:func:`fd_divergence`) estimates the full divergence from the data only,
+by a central difference of the global prox map; ``"stein"`` is an oracle (teacher fields) kept
+as a check, ``"jacobian"`` the per-sample Jacobian.  Bias, noise and the choice of the step:
+:func:`fd_divergence`, BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -213,8 +214,8 @@ def fd_divergence(w, V, kappa, astar, bstar, delta, *, px=None):
     divergence is the per-sample Jacobian ``(tr((I + V hess)^{-1}) - 2)/V``.  Where it jumps to
     another basin across a curve of the plane of ``w``, the distributional divergence has a
     singular part ``[g] . n delta_curve`` (jump ``[g]``, normal ``n``) that the per-sample
-    Jacobian misses; averaged over samples it is -7 % of ``Vhat`` on the positional branch
-    (alpha = 2, omega = 0.3; 0.5 % on the semantic branch).  The central difference sees it:
+    Jacobian misses; averaged over samples it is -7.6 % of ``Vhat`` on the positional branch
+    (alpha = 2, omega = 0.3; 0.5 % in size on the semantic branch).  The central difference sees it:
     for samples at signed distance ``t`` from the switching curve with density ``p(t)``, the
     mean of the difference quotient is ``(1/2 delta) int_-delta^delta [g](t) p(t) dt =
     [g](0) p(0) (1 + O(delta^2))`` (first-order terms cancel), and on the smooth part the
@@ -319,7 +320,7 @@ def _effective_prox(w, V, hstar, params):
 def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A=None,
              max_iter=400, mixing=0.2, tol=1e-6, V0=10.0, channel="exact", n_test=10_000,
              init_scale=None, problem=None, Q0=None, return_weights=False, prox_mode="auto",
-             n_global=30, divergence="jacobian", fd_delta=None, restarts=2,
+             n_global=30, divergence="fd", fd_delta=None, restarts=2,
              stall_window=20, stall_factor=0.7):
     """Run GAMP on one seed's data (same teacher/data as :func:`simulate_gd` with that seed).
 
@@ -348,15 +349,32 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
     keeps the map continuous), "auto" (global for the first ``n_global`` iterations, then warm).
 
     ``divergence``: how Vhat (the divergence of g, which sets the Onsager terms) is estimated.
-    "jacobian" (default; uses the data only): the mean per-sample Jacobian of the prox.  Where
-    a sample's global prox minimiser jumps between basins g is discontinuous, and the mean of
-    the per-sample derivatives misses the jump part of the divergence (6 % of Vhat on the
-    positional branch at alpha = 2, omega = 0.3): the Onsager terms are then slightly wrong and
-    GAMP leaves its state evolution (its fixed points are unchanged).  "stein" (an oracle that
-    uses the teacher fields h*, which the simulator knows): Stein's lemma in distribution form,
-    ``(-Vhat, thetahat) = alpha Sigma^{-1} mean_mu[sum_l (w_c, h*)_l g_l]`` with
-    ``Sigma = [[q, theta], [theta, rho]]`` and ``w_c = w - s m``, which includes the jumps;
-    this is the GAMP whose state evolution is :func:`state_evolution`.
+    Where a sample's global prox minimiser jumps between basins g is discontinuous and the mean
+    of the per-sample Jacobians misses the jump part of the divergence (-7.6 % of Vhat on the
+    positional branch at alpha = 2, omega = 0.3; 0.5 % in size on the semantic branch): the Onsager
+    terms are then off by that much and GAMP leaves its state evolution (its fixed points are
+    unchanged).  "fd" (default; data and labels only): :func:`fd_divergence`, the central
+    difference of the global prox map with step ``fd_delta`` (default
+    :func:`default_fd_delta`), which includes the jumps; used in the iterations with the
+    GLOBAL prox only: the warm prox follows each sample's basin, its map has no jumps and its
+    per-sample Jacobian is its exact divergence.  "jacobian": the mean per-sample Jacobian.
+    "stein" (an oracle that uses the teacher fields h*, which the simulator knows): Stein's
+    lemma in distribution form, ``(-Vhat, thetahat) = alpha Sigma^{-1} mean_mu[sum_l (w_c,
+    h*)_l g_l]`` with ``Sigma = [[q, theta], [theta, rho]]`` and ``w_c = w - s m``.  "fd" and
+    "stein" are the GAMP whose state evolution is :func:`state_evolution` (its "stein" Vhat).
+
+    Stalls and restarts.  At finite d a sample held by the warm prox in a metastable basin near
+    its fold (``I + V hess`` nearly singular) has a per-sample ``V dg/dw`` eigenvalue >> 1: alone
+    it can push the stability index ``V^2 sum_mu |dg_mu/dw|^2/d`` above 1 (alpha = 2, d = 400,
+    seed 0: one sample with eigenvalue +20.6 carries 1.04 of the index 1.86) and the iteration
+    cycles with a constant residual; halving the mixing from there does not help (measured:
+    still stuck after 4 halvings), but the same run started again with a smaller mixing does
+    not enter that configuration.  So when the best residual of the last ``stall_window``
+    iterations is not below ``stall_factor`` x the best of the window before, GAMP restarts
+    from its initial state with half the mixing and twice the iterations (at most
+    ``restarts`` times; 0 disables); ``metadata["restarts"]`` lists ``(iteration, mixing)``,
+    ``history["mixing"]`` the mixing per iteration, ``metadata["stability_max*"]`` the sample
+    that dominates the final stability index.
 
     Initialisations: "semantic" Qhat = Q* (theta = sigma^2, m ~ 0), "positional" Qhat = 0.2 1_d
     (m = 0.2, theta ~ 0; spec §4) unless ``init_scale`` is given (then init_scale 1_d/sqrt(d)
@@ -653,7 +671,7 @@ def state_evolution(alpha, omega, n_iter, *, gram, V0=10.0, mixing=0.3, sigma=0.
 
 
 def tracking(alpha, omega, d, seed=0, init="semantic", *, n_iter=30, mixing=0.3, V0=10.0,
-             divergence="jacobian", n_pop=50_000, sigma=0.5, lam=0.01, A=None,
+             divergence="fd", n_pop=50_000, sigma=0.5, lam=0.01, A=None,
              problem=None) -> dict:
     """GAMP (effective channel, global prox) on one instance and its two-time state evolution
     from the matching initialisation (the instance's Gram of ``(1, Q*, Q0)``).
