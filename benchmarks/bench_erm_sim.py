@@ -319,6 +319,88 @@ def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=
                 print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
 
 
+def positional_fp_runs(path, ds=(250, 500, 1000, 2000, 4000), seeds=(8, 8, 8, 8, 4), T=150,
+                       mixing=0.25, divergences=("fd", "jacobian")):
+    """GAMP (effective channel, global prox, restarts off) from the positional start run to
+    its fixed point (mixing 0.25: damped multipliers -0.61 and 0.85 from the SE linearisation,
+    0.85^150 ~ 1e-11), appended to the JSON file ``path`` as each run finishes."""
+    import json
+    import os
+
+    from theory._util import atomic_write_text, dumps_json
+    from theory.simulate.erm_gd import make_problem
+    from theory.simulate.gamp import run_gamp
+
+    keys = ("q", "m", "theta", "V", "Vhat", "residual")
+    db = json.load(open(path)) if os.path.exists(path) else {}
+    a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
+    for d, S in zip(ds, seeds):
+        for seed in range(S):
+            pb = None
+            for div in divergences:
+                key = f"fp/{div}/{d}/{seed}/{T}/{mixing}"
+                if key in db:
+                    continue
+                pb = pb or make_problem(a, om, d, seed, n_test=2)
+                t = time.perf_counter()
+                r = run_gamp(a, om, d, "positional", seed, problem=pb, mixing=mixing, max_iter=T,
+                             tol=0.0, V0=V0, channel="effective", prox_mode="global",
+                             divergence=div, Q0=np.full(d, m0), restarts=0)
+                db[key] = {k: r.history[k] for k in keys}
+                atomic_write_text(path, dumps_json(db))
+                print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
+        del pb
+
+
+def positional_fp_report(path, T=150, mixing=0.25, t_end=20):
+    """GAMP's end state (mean of the last ``t_end`` iterations) against the replica fixed
+    point (E1's quadrature: no SE Monte Carlo error): RMS over seeds, x sqrt(d), mean +- s.e.,
+    log-log slope in d.  Reference V: the replica V for "fd" (full divergence), and
+    sigma^2/(lam + sigma^2 Vhat_jac) for "jacobian" (GAMP's V with the per-sample Jacobian)."""
+    import json
+
+    from theory.models import positional_semantic as ps
+
+    db = json.load(open(path))
+    p = ps.ERMParams(omega=POS["omega"])
+    fp = ps.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
+    V_jac = p.s2 / (p.lam + p.s2 * fp.metadata["Vhat_jac"])
+    keys = ("q", "m", "theta", "V")
+    print(f"\nreplica positional fixed point: q {fp.q:.6f} m {fp.m:.6f} theta 0 V {fp.V:.4f} "
+          f"(with the Jacobian Vhat: V {V_jac:.4f})")
+    out = {}
+    for div in ("fd", "jacobian"):
+        ref = np.array([fp.q, fp.m, 0.0, fp.V if div == "fd" else V_jac])
+        ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"fp/{div}/")})
+        if not ds:
+            continue
+        print(f"GAMP divergence={div}, mixing {mixing}, {T} iterations, end = mean of the last "
+              f"{t_end}; deviation from the replica fixed point (V relative)")
+        print(f"{'d':>5} {'S':>3} | RMS: q        m        theta    V(rel)  | x sqrt(d)"
+              f"                   | mean +- s.e.: q, m, theta, V | end residual")
+        rows = []
+        for d in ds:
+            runs = [db[k] for k in db if k.startswith(f"fp/{div}/{d}/")]
+            E = np.array([[np.mean(np.asarray(h[k], float)[-t_end:]) for k in keys]
+                          for h in runs])
+            D = E - ref
+            D[:, 3] = E[:, 3] / ref[3] - 1
+            rms = np.sqrt((D**2).mean(0))
+            mean, sem = D.mean(0), D.std(0, ddof=1) / np.sqrt(len(runs))
+            res = np.median([np.asarray(h["residual"], float)[-1] for h in runs])
+            rows.append((d, rms))
+            print(f"{d:5d} {len(runs):3d} | " + " ".join(f"{x:8.5f}" for x in rms) + " | "
+                  + " ".join(f"{x * np.sqrt(d):6.3f}" for x in rms) + " | "
+                  + " ".join(f"{mu:+.4f}+-{se:.4f}" for mu, se in zip(mean, sem))
+                  + f" | {res:.1e}", flush=True)
+        if len(rows) > 1:
+            ld = np.log([r[0] for r in rows])
+            sl = [np.polyfit(ld, np.log([r[1][i] for r in rows]), 1)[0] for i in range(4)]
+            print("  log-log slope in d: " + ", ".join(f"{k} {v:+.2f}" for k, v in zip(keys, sl)))
+        out[div] = rows
+    return out
+
+
 def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
     """Tables from :func:`positional_runs`: per d and divergence, RMS over seeds of the worst
     iteration's |GAMP - SE| and of the mean over the last ``t_end`` iterations (near the fixed

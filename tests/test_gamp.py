@@ -260,3 +260,27 @@ def test_positional_gamp_with_the_full_divergence_stays_near_its_state_evolution
                     h["V"] / se["V"] - 1])
     rms = np.sqrt((np.array(dev)[:, :, 1:] ** 2).mean(0)).max(1)
     assert np.all(rms < [0.003, 0.02, 0.02, 0.085]), rms
+
+
+@pytest.mark.slow
+def test_stalled_positional_instance_converges_after_restarts():
+    # alpha = 2, d = 400, seed 0, positional start, exact channel, mixing 0.2: without restarts
+    # GAMP cycles with residual ~0.03 for 400 iterations (stability index 1.86; one sample,
+    # held by the warm prox near the fold of a metastable basin, has a V dg/dw eigenvalue of
+    # +20.6 and carries 1.04 of it); halving the mixing in place does not free it.  With the
+    # restarts (mixing 0.2 -> 0.1 -> 0.05 from the initial state) it converges (measured: 773
+    # iterations in all) to a stationary point of the empirical risk with stability < 1.
+    pb = make_problem(2.0, 0.3, 400, seed=0, n_test=200)
+    stuck = run_gamp(2.0, 0.3, 400, "positional", 0, problem=pb, mixing=0.2, restarts=0,
+                     divergence="jacobian")
+    assert stuck.status == "max_iter" and stuck.stability > 1
+    assert stuck.metadata["stability_max"] > 0.3 * stuck.stability  # one sample dominates
+    assert max(stuck.metadata["stability_max_eigs"]) > 5  # non-convex basin near its fold
+    r, Q = run_gamp(2.0, 0.3, 400, "positional", 0, problem=pb, mixing=0.2,
+                    divergence="jacobian", return_weights=True)
+    assert r.status == "converged", r.message
+    assert len(r.metadata["restarts"]) >= 1 and r.metadata["mixing_final"] < 0.2
+    assert r.stability < 1
+    _, g = risk(Q, pb.train, 0.01)
+    assert np.linalg.norm(g) / np.sqrt(400) < 1e-6
+    assert r.m > 0.2 and r.theta_over_sigma2 < 0.2  # still the positional branch
