@@ -264,6 +264,62 @@ def test_simulator_lbfgs_converges_and_reports_overlaps():
         eg.simulate(2.0, P2, d=20, init="bogus")
 
 
+# ------------------------------------------------------------------ fixed-m profile, RS stability
+
+
+def test_prox_jacobian_is_the_derivative_of_the_prox():
+    # (I + V ∇²ℓ)⁻¹ (implicit function theorem) against central differences of the global
+    # prox in ω, at nodes where ±h stay in one basin (all of them here); 1e-6 covers the
+    # O(h²) truncation and the 1e-10 Newton tolerance / h
+    p = pg.GeneralParams(L=3)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((200, 3, 1)) * 0.6
+    hs = rng.standard_normal((200, 3, 1)) * 0.5
+    x = pg.prox(w, hs, 5.0, p).x
+    J = pg.prox_jacobian(x, hs, 5.0, p)
+    h = 1e-6
+    same = np.ones(200, bool)
+    Jfd = np.empty_like(J)
+    for j in range(3):
+        e = np.zeros((1, 3, 1))
+        e[0, j, 0] = h
+        xp = pg.prox(w + e, hs, 5.0, p, warm=x).x
+        xm = pg.prox(w - e, hs, 5.0, p, warm=x).x
+        Jfd[:, :, j] = ((xp - xm) / (2 * h))[:, :, 0]
+        same &= np.abs(xp - xm).max(axis=(1, 2)) < 1e-3
+    assert same.mean() > 0.95
+    assert np.abs(J - Jfd)[same].max() < 1e-6
+
+
+def test_fixed_m_input_validation():
+    p3 = pg.GeneralParams(L=3)
+    with pytest.raises(ValueError, match="range of the encodings"):
+        pg.fixed_m_point(1.0, [0.1, 0.1, 0.1], p3)  # not orthogonal to 1: unreachable
+    with pytest.raises(ValueError, match="rank r = 1"):
+        pg.fixed_m_point(1.0, [0.1, -0.1], pg.GeneralParams(r=2))
+    with pytest.raises(ValueError, match="L = 3 entries"):
+        pg.fixed_m_point(1.0, [0.1, -0.1], p3)
+    with pytest.raises(ValueError, match="range of the encodings"):
+        eg.simulate_fixed_m(1.0, [0.1, 0.1, 0.1], p3, d=30)
+
+
+def test_simulate_fixed_m_holds_the_constraint_and_reports_overlaps():
+    # Q = Q₀ + (free part ⊥ constraints): q - (free self-overlap) = σ²|Q₀|²/d to round-off,
+    # with Q₀ the minimum-norm solution of PQ/√d = m, σ²Q*ᵀQ/d = 0 recomputed here
+    # (≈ σ² mᵀG⁺m up to the O(1/√d) overlap of Q* with the encodings)
+    p = pg.GeneralParams(L=3)
+    m = np.array([0.2, -0.1, -0.1])
+    r = eg.simulate_fixed_m(1.0, m, p, d=60, seed=1, restarts=2, n_test=200)
+    assert r.status == "converged" and r.grad_max < 1e-6
+    pr = eg.make_problem(1.0, p, 60, 1, n_test=200)
+    C = np.vstack([pr.P / np.sqrt(60), p.s2 * pr.qstar.T / 60])
+    Q0 = np.linalg.lstsq(C, np.r_[m, 0.0], rcond=None)[0]
+    fixed = p.s2 * Q0 @ Q0 / 60
+    assert np.allclose(np.array(r.q) - np.diag(r.overlap), fixed, atol=1e-12)
+    assert fixed == pytest.approx(p.s2 * m @ np.linalg.pinv(p.G_array) @ m, rel=0.2)
+    assert r.overlap.shape == (2, 2) and 0 < r.mutual_ratio <= 1 + 1e-9
+
+
 # --------------------------------------------------------------------------- CLI
 
 

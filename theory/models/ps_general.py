@@ -1149,3 +1149,184 @@ def _evaluate(alpha, p, branch, o, nodes, warm):
     h = hats_from_channel(alpha, o, ch, p)
     phi = free_energy(alpha, o, h, float(ch["M"]), p)
     return o, -phi, float(ch["eps_g"]), h, ch
+
+
+# --------------------------------------------------------------------------- fixed-m profile
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixedMResult(Result):
+    """RS energy profile at a FIXED positional overlap m (θ ≡ 0), r = 1.
+
+    q, V solve the state equations with m held fixed (m̂ is then the Lagrange multiplier
+    G⁺ m (λ + σ² V̂) instead of α E[g]); eps_t = -Φ is the RS training loss of the minimiser of
+    the empirical risk restricted to {PQ/√d = m, Q*ᵀQ = 0}; ``grad_m`` (L,) = dε_t/dm
+    projected on the range of G (zero at a fixed point of the full θ = 0 equations);
+    ``err``: standard errors over the scramblings (same keys), when n_rep >= 2.
+    """
+
+    alpha: float
+    omega: float
+    m: np.ndarray = None
+    q: float = math.nan
+    V: float = math.nan
+    eps_t: float = math.nan
+    eps_g: float = math.nan
+    grad_m: np.ndarray = None
+    err: dict = None
+    iterations: int = 0
+    residual: float = math.nan
+
+
+def _fixed_m_map(alpha, p, m, q, V, nodes):
+    """One application of the fixed-m map: returns (q', V', hats with the multiplier m̂,
+    pooled channel, grad_m = dε_t/dm)."""
+    o = dict(q=np.array([[q]]), m=m, theta=np.zeros((1, p.r_t)), V=np.array([[V]]))
+    ch = _pooled(channel(o, p, nodes))
+    h = hats_from_channel(alpha, o, ch, p)
+    D = p.lam + p.s2 * h["Vhat"][0, 0]
+    if D <= 0:
+        raise FloatingPointError("lambda + sigma^2 Vhat <= 0: the ridge step is unstable")
+    G = p.G_array
+    Gp = np.linalg.pinv(G)
+    mhat_c = Gp @ m * D
+    # dΦ/dm = α E[g] - m̂ (Φ stationary in everything else); ε_t = -Φ
+    grad = -(G @ Gp) @ (h["mhat"] - mhat_c)
+    hc = dict(h, mhat=mhat_c)
+    B = p.s2 * h["qhat"][0, 0] + float((mhat_c.T @ G @ mhat_c)[0, 0])
+    return p.s2 * B / D**2, p.s2 / D, hc, ch, grad[:, 0]
+
+
+def fixed_m_point(alpha, m, params=None, *, q0: float = 0.1, V0: float = 10.0,
+                  tol: float = 1e-8, max_iter: int = 60, n: int = 2**12, n_rep: int = 2,
+                  method: str = "qmc", rng=0, nodes: Nodes | None = None,
+                  error: bool = True) -> FixedMResult:
+    """RS training loss ε_t(m) of the minimiser restricted to a fixed positional overlap m
+    (θ = 0; r = 1).  Its stationary points in m are the fixed points of the positional
+    (θ ≡ 0) branch; its profile tells whether such a point exists where the damped iteration
+    does not go.  Solved by Newton in (log q, log V) with a finite-difference Jacobian on
+    frozen QMC nodes (``n_rep`` scramblings of ``n`` points); convergence when both relative
+    residuals < ``tol``.  With ``error`` each scrambling is re-solved alone (warm start) and
+    the standard error of (q, V, eps_t, eps_g) is reported.  ``m`` (L,) must lie in the range
+    of G (for simplex encodings: Σ_ℓ m_ℓ = 0).
+    """
+    p = as_params(params)
+    alpha = check_positive("alpha (the sample ratio n/d)", alpha)
+    if p.r != 1:
+        raise ValueError(f"fixed_m_point needs student rank r = 1, got r = {p.r}")
+    m = np.asarray(m, float).reshape(-1)
+    if m.shape != (p.L,):
+        raise ValueError(f"m must have L = {p.L} entries, got {m.size}")
+    G = p.G_array
+    if np.linalg.norm(G @ np.linalg.pinv(G) @ m - m) > 1e-10 * (1 + np.linalg.norm(m)):
+        raise ValueError("m must lie in the range of the encodings' Gram matrix G (for simplex "
+                         "encodings: entries summing to zero)")
+    check_positive("q0", q0)
+    check_positive("V0", V0)
+    if nodes is None:
+        nodes = make_nodes(p, n, n_rep, method, rng)
+    m2 = m[:, None]
+
+    def solve(nd, x):
+        def res(x):
+            qn, Vn, *_ = _fixed_m_map(alpha, p, m2, math.exp(x[0]), math.exp(x[1]), nd)
+            return np.log([qn, Vn]) - x
+
+        r = res(x)
+        it = 0
+        while np.abs(r).max() >= tol and it < max_iter:
+            it += 1
+            J = np.empty((2, 2))
+            for j in range(2):
+                e = np.zeros(2)
+                e[j] = 1e-4
+                J[:, j] = (res(x + e) - res(x - e)) / 2e-4
+            try:
+                dx = np.linalg.solve(J, -r)
+            except np.linalg.LinAlgError:
+                dx = r  # plain iteration step
+            x = x + dx * min(1.0, 0.5 / max(np.abs(dx).max(), 1e-300))
+            r = res(x)
+        return x, float(np.abs(r).max()), it
+
+    def evaluate(nd, x):
+        qn, Vn, h, ch, grad = _fixed_m_map(alpha, p, m2, math.exp(x[0]), math.exp(x[1]), nd)
+        o = dict(q=np.array([[qn]]), m=m2, theta=np.zeros((1, p.r_t)), V=np.array([[Vn]]))
+        return dict(q=qn, V=Vn, eps_t=-free_energy(alpha, o, h, float(ch["M"]), p),
+                    eps_g=float(ch["eps_g"]), grad_m=grad)
+
+    common = dict(alpha=alpha, omega=p.omega, m=m, params=p.to_dict(),
+                  metadata=dict(nodes.describe(), tol=tol, method_solve="newton (log q, log V)"))
+    try:
+        x, res, its = solve(nodes, np.log([q0, V0]))
+        out = evaluate(nodes, x)
+    except (FloatingPointError, np.linalg.LinAlgError) as exc:
+        return FixedMResult(status="nan", message=str(exc), **common)
+    status = "converged" if res < tol else "max_iter"
+    err = {}
+    if error and status == "converged" and nodes.n_rep >= 2:
+        reps = []
+        for k in range(nodes.n_rep):
+            xk, rk, _ = solve(nodes.subset(k), x)
+            if rk >= max(tol, 1e-6):
+                reps = None
+                break
+            reps.append(evaluate(nodes.subset(k), xk))
+        if reps:
+            for key in reps[0]:
+                arr = np.array([np.asarray(r_[key], float) for r_ in reps])
+                err[key] = arr.std(axis=0, ddof=1) / math.sqrt(len(reps))
+    return FixedMResult(status=status, message="" if status == "converged" else
+                        f"Newton residual {res:.2e} after {its} steps", iterations=its,
+                        residual=res, err=err, **out, **common)
+
+
+# --------------------------------------------------------------------------- RS stability
+
+
+def prox_jacobian(x, hs, V, params) -> np.ndarray:
+    """∂x̂/∂ω at a prox minimiser x̂ (r = 1, away from basin jumps): (I + V ∇²ℓ(x̂))⁻¹
+    (implicit function theorem on x̂ - ω + V ∇ℓ(x̂) = 0), ∇²ℓ by central differences of the
+    analytic gradient.  x (N, L, 1), hs (N, L, r_t) → (N, L, L)."""
+    p = as_params(params)
+    x = np.asarray(x, float)
+    N, L, r = x.shape
+    if r != 1:
+        raise ValueError(f"prox_jacobian needs student rank r = 1, got r = {r}")
+    T = teacher_matrix(np.asarray(hs, float), p)
+    H = np.empty((N, L, L))
+    for j in range(L):
+        e = np.zeros((1, L, 1))
+        e[0, j, 0] = 1e-5
+        gp = loss_grad_reference(x + e, T, p.s2)[1][:, :, 0]
+        gm = loss_grad_reference(x - e, T, p.s2)[1][:, :, 0]
+        H[:, :, j] = (gp - gm) / 2e-5
+    H = 0.5 * (H + np.swapaxes(H, 1, 2))
+    return np.linalg.inv(np.eye(L)[None] + float(np.asarray(V).ravel()[0]) * H)
+
+
+def replicon_smooth(alpha, o: dict, params=None, *, n: int = 2**14, rng=0) -> tuple:
+    """Smooth part of the de Almeida-Thouless (replicon) quantity of the RS solution, r = 1:
+
+        λ_AT = α E[ ||∂x̂/∂ω - I||_F² ] = α V² E[ Σ_ℓℓ' (∂g_ℓ/∂ω_ℓ')² ],
+
+    (output replicon α E||∂g/∂ω||² times the ridge prior's V²; the L fields of a sample share
+    Q and have independent noise, hence the Frobenius norm).  RS is locally stable only if
+    λ_AT < 1.  The basin jumps of the non-convex prox add a further positive (at zero
+    temperature divergent) contribution that is NOT included: λ_AT > 1 is therefore a
+    sufficient sign of replica-symmetry breaking, λ_AT < 1 a necessary condition for RS.
+    ``o`` = dict(q, m, theta, V) (a fixed point or any overlaps).  Plain MC over ``n`` Gaussian
+    nodes.  Returns (λ_AT, standard error).
+    """
+    p = as_params(params)
+    if p.r != 1:
+        raise ValueError(f"replicon_smooth needs student rank r = 1, got r = {p.r}")
+    o = {k: np.atleast_2d(np.asarray(v, float)) for k, v in o.items()}
+    if o["m"].shape == (1, p.L):
+        o["m"] = o["m"].T
+    nodes = make_nodes(p, n, 1, "mc", rng)
+    w, hs, _, _ = _fields(o, p, nodes)
+    x = prox(w[0], hs[0], o["V"], p).x
+    J = prox_jacobian(x, hs[0], o["V"], p) - np.eye(p.L)[None]
+    v = alpha * (J**2).sum(axis=(1, 2))
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size))

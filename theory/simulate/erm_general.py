@@ -280,3 +280,101 @@ def simulate(alpha, params=None, d=200, init="semantic", seed=0, *, n_test=5000,
         params=dict(p.to_dict(), alpha=problem.alpha, d=dd, seed=problem.seed, init=init,
                     n_test=problem.n_test),
         metadata=dict(method="lbfgs", wall_time_s=time.perf_counter() - t0), **ov)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixedMSimResult(Result):
+    """L-BFGS minima of the empirical risk restricted to PQ/√d = m and Q*ᵀQ = 0 (r = 1), from
+    ``restarts`` independent random starts on ONE data set.
+
+    Per restart: ``eps_t``, ``eps_g``, ``q`` (lists).  ``overlap`` (R×R): σ² Q_aᵀQ_b/d of
+    the parts of the minimisers orthogonal to the constraint directions (diagonal = their
+    self-overlaps).  A replica-symmetric landscape (one minimum, up to O(1/√d)) has all
+    entries equal; distinct minima show off-diagonal entries below the diagonal.  (With m = 0
+    the constraint is symmetric under Q → -Q: compare |overlap|.)
+    """
+
+    alpha: float
+    omega: float
+    d: int
+    n: int
+    seed: int
+    m: np.ndarray
+    eps_t: list
+    eps_g: list
+    q: list
+    overlap: np.ndarray
+    grad_max: float
+
+    @property
+    def mutual_ratio(self) -> float:
+        """Mean off-diagonal |overlap| over the mean diagonal (1 for a unique minimum)."""
+        O = np.asarray(self.overlap)
+        R = O.shape[0]
+        if R < 2:
+            return math.nan
+        off = np.abs(O[~np.eye(R, dtype=bool)]).mean()
+        return float(off / np.diag(O).mean())
+
+
+def simulate_fixed_m(alpha, m, params=None, d=400, seed=0, *, restarts=3, n_test=2000,
+                     steps=20000, tol=1e-7, init_scale=0.1,
+                     problem: GeneralProblem | None = None, **overrides) -> FixedMSimResult:
+    """L-BFGS on the exact risk restricted to the affine subspace {PQ/√d = m, Q*ᵀQ = 0}
+    (r = 1): Q = Q₀ + N y with Q₀ the minimum-norm point of the subspace and N an orthonormal
+    basis of the null space of the constraints; ``restarts`` random starts y ~ init_scale ·
+    N(0, 1) on the same data.  The finite-d counterpart of
+    :func:`theory.models.ps_general.fixed_m_point`."""
+    from scipy.optimize import minimize
+
+    if problem is None:
+        problem = make_problem(alpha, params, d, seed, n_test=n_test, **overrides)
+    p = problem.params
+    if p.r != 1:
+        raise ValueError(f"simulate_fixed_m needs student rank r = 1, got r = {p.r}")
+    if int(restarts) < 1:
+        raise ValueError(f"restarts must be >= 1, got {restarts}")
+    dd = problem.d
+    m = np.asarray(m, float).reshape(-1)
+    if m.shape != (p.L,):
+        raise ValueError(f"m must have L = {p.L} entries, got {m.size}")
+    C = np.vstack([problem.P / math.sqrt(dd), p.s2 * problem.qstar.T / dd])
+    c = np.concatenate([m, np.zeros(p.r_t)])
+    Q0 = np.linalg.lstsq(C, c, rcond=None)[0]
+    if np.abs(C @ Q0 - c).max() > 1e-9 * (1 + np.abs(m).max()):
+        raise ValueError("m is not reachable: it must lie in the range of the encodings' Gram "
+                         "matrix G (simplex encodings: entries summing to zero)")
+    _, s, Wt = np.linalg.svd(C, full_matrices=True)
+    k = int((s > 1e-10 * s.max()).sum())
+    N = Wt[k:].T
+
+    def fun(y):
+        v, g = risk((Q0 + N @ y)[:, None], problem.train, p.lam)
+        return v, N.T @ g[:, 0]
+
+    gen = np.random.default_rng(np.random.SeedSequence(problem.seed).spawn(6)[5])
+    t0 = time.perf_counter()
+    Ys, rows, gmax, msgs = [], [], 0.0, []
+    for _ in range(int(restarts)):
+        y0 = init_scale * gen.standard_normal(N.shape[1])
+        res = minimize(fun, y0, jac=True, method="L-BFGS-B",
+                       options=dict(maxiter=int(steps), gtol=tol, ftol=0.0, maxcor=30))
+        Q = (Q0 + N @ res.x)[:, None]
+        L_, g = risk(Q, problem.train, p.lam)
+        gmax = max(gmax, float(np.abs(N.T @ g[:, 0]).max()))
+        msgs.append(str(res.message))
+        Ys.append(res.x)
+        eg_, _ = test_error(Q, problem)
+        rows.append((L_ / dd, eg_, float(p.s2 * (Q * Q).sum() / dd)))
+    Y = np.array(Ys)
+    overlap = p.s2 * Y @ Y.T / dd  # N orthonormal: (N y_a)·(N y_b) = y_a·y_b
+    status = "converged" if gmax < 10 * tol else "max_iter"
+    return FixedMSimResult(
+        alpha=problem.alpha, omega=p.omega, d=dd, n=problem.train.n, seed=problem.seed, m=m,
+        eps_t=[float(r_[0]) for r_ in rows], eps_g=[float(r_[1]) for r_ in rows],
+        q=[r_[2] for r_ in rows],
+        overlap=overlap, grad_max=gmax, status=status,
+        message="; ".join(sorted(set(msgs))),
+        params=dict(p.to_dict(), alpha=problem.alpha, d=dd, seed=problem.seed,
+                    restarts=int(restarts), m=m.tolist()),
+        metadata=dict(method="lbfgs-constrained", wall_time_s=time.perf_counter() - t0))
