@@ -236,30 +236,34 @@ def test_damped_gamp_tracks_its_two_time_state_evolution():
 
 @pytest.mark.slow
 def test_positional_gamp_with_the_full_divergence_stays_near_its_state_evolution():
-    # Positional branch: the global prox jumps, and GAMP's per-sample Jacobian misses ~6 % of
-    # the divergence (Onsager terms off by that much), so GAMP uses divergence="stein" (full
-    # divergence, oracle) here.  Start Q0 = 0.26 1_d, V0 = 11 (GAMP's default V0 = 10 from
-    # m = 0.2 overshoots to m ~ 0.58 with Vhat < 0), mixing 0.15 (at 0.3 an oscillation of the
-    # damped map with multiplier ~ -0.9 amplifies the finite-d noise: one seed in four at
-    # d = 1000 left the state evolution by 0.2 in m).  Measured (benchmarks/bench_erm_sim.py
-    # --tracking, 4 seeds, 40 iterations, n_pop 2e5), RMS over seeds of the worst iteration at
-    # d = 500 / 1000 / 2000: q 0.0018 / 0.0014 / 0.0030, m 0.006 / 0.009 / 0.006, theta
-    # 0.006 / 0.009 / 0.006, V 0.027 / 0.042 / 0.041 (relative).  These are the size of the
-    # finite-d fluctuations of the positional minimiser (BENCHMARKS.md: theta/sigma^2 spread
-    # 0.02-0.04 at d = 1000) but do NOT yet shrink like 1/sqrt(d) over d <= 2000 (the slow
-    # V-direction of the positional branch).  Asserted: 2x the d = 1000 values.
-    alpha, omega, T, m0, V0, mix, d = 2.0, 0.3, 40, 0.26, 11.0, 0.15, 1000
+    # Positional branch, GAMP with the data-only full divergence (divergence="fd", effective
+    # channel, global prox, restarts off) vs the two-time state evolution with the Stein Vhat
+    # (the same full divergence), start Q0 = 0.26 1_d, V0 = 11, mixing 0.15, 60 iterations.
+    # Measured (BENCHMARKS.md, benchmarks/bench_erm_sim.py positional_runs/positional_report,
+    # 8 seeds, SE 2 x 2e5): RMS over seeds of the worst iteration's |GAMP - SE| at
+    # d = 250 / 500 / 1000 / 2000: q 0.0032 / 0.0034 / 0.0041 / 0.0028, m 0.0104 / 0.0113 /
+    # 0.0103 / 0.0059, theta 0.0144 / 0.0130 / 0.0138 / 0.0057, V (rel.) 0.073 / 0.107 / 0.084 /
+    # 0.048: m, theta, V shrink (log-log slopes -0.26, -0.39, -0.22), q does not, none like
+    # d^-1/2 yet.  This test uses seeds 0..3 and the SE population rng 123 of that measurement,
+    # where d = 250 / 2000 gave q 0.0021 / 0.0037, m 0.0094 / 0.0069, theta 0.0093 / 0.0078,
+    # V 0.086 / 0.048.  Asserted: d = 2000 below 1.5x those values (leaving the positional
+    # branch gives theta ~ 0.15, m ~ 0.01), and the V and m deviations smaller at d = 2000
+    # than at d = 250 (measured ratios 0.56 and 0.73).
+    alpha, omega, T, m0, V0, mix = 2.0, 0.3, 60, 0.26, 11.0, 0.15
     se = state_evolution(alpha, omega, T, gram=large_d_gram("positional", m0=m0), V0=V0,
-                         mixing=mix, n_pop=200_000, rng=123, divergence="stein").history
-    dev = []
-    for seed in range(4):
-        h = run_gamp(alpha, omega, d, "positional", seed, mixing=mix, max_iter=T, tol=0.0,
-                     V0=V0, channel="effective", prox_mode="global", divergence="stein",
-                     Q0=np.full(d, m0), n_test=2).history
-        dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
-                    h["V"] / se["V"] - 1])
-    rms = np.sqrt((np.array(dev)[:, :, 1:] ** 2).mean(0)).max(1)
-    assert np.all(rms < [0.003, 0.02, 0.02, 0.085]), rms
+                         mixing=mix, n_pop=200_000, rng=123, divergence="fd").history
+    rms = {}
+    for d in (250, 2000):
+        dev = []
+        for seed in range(4):
+            h = run_gamp(alpha, omega, d, "positional", seed, mixing=mix, max_iter=T, tol=0.0,
+                         V0=V0, channel="effective", prox_mode="global", divergence="fd",
+                         Q0=np.full(d, m0), n_test=2, restarts=0).history
+            dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
+                        h["V"] / se["V"] - 1])
+        rms[d] = np.sqrt((np.array(dev)[:, :, 1:] ** 2).mean(0)).max(1)
+    assert np.all(rms[2000] < 1.5 * np.array([0.0037, 0.0069, 0.0078, 0.048])), rms
+    assert rms[2000][3] < rms[250][3] and rms[2000][1] < rms[250][1], rms
 
 
 @pytest.mark.slow
