@@ -1,6 +1,6 @@
-"""``theory erm general-fixed-point`` and ``theory erm general-simulate``: the generalised model
-of spec §8 (any L, ranks r and r_t, any A and encodings).  Wired into ``theory erm`` by
-``theory.cli.erm`` through :func:`add_parsers`."""
+"""``theory erm general-fixed-point``, ``general-simulate`` and ``general-fixed-m``: the
+generalised model of spec §8 (any L, ranks r and r_t, any A and encodings).  Wired into
+``theory erm`` by ``theory.cli.erm`` through :func:`add_parsers`."""
 
 from __future__ import annotations
 
@@ -98,6 +98,35 @@ def cmd_simulate(args):
     return 0
 
 
+def cmd_fixed_m(args):
+    from theory.models.ps_general import fixed_m_point
+    from theory.simulate.erm_general import simulate_fixed_m
+
+    p = _params(args)
+    try:
+        m = np.array([float(x) for x in str(args.m).split(",") if x.strip()])
+    except ValueError:
+        raise ValueError(f"--m must be L comma-separated numbers, got {args.m!r}") from None
+    r = fixed_m_point(args.alpha, m, p, q0=args.q0, V0=args.V0, n=args.n, n_rep=args.n_rep,
+                      rng=args.seed)
+    err = r.err or {}
+    payload = dict(theory=r.to_dict(), simulations=[])
+    lines = [f"RS at fixed m={_fmt(m)} (theta = 0), alpha={r.alpha:g} L={p.L}: "
+             f"status={r.status}"]
+    for k in ("q", "V", "eps_t", "eps_g"):
+        e = f" ± {float(err[k]):.2g}" if k in err else ""
+        lines.append(f"  {k:6s} = {getattr(r, k):.6g}{e}")
+    lines.append(f"  d eps_t/dm = {_fmt(r.grad_m)}")
+    if args.d:
+        for seed in range(args.seed, args.seed + args.seeds):
+            s = simulate_fixed_m(args.alpha, m, p, d=args.d, seed=seed, restarts=args.restarts)
+            payload["simulations"].append(s.to_dict())
+            lines.append(f"L-BFGS d={args.d} seed={seed} status={s.status} eps_t={_fmt(s.eps_t)} "
+                         f"q={_fmt(s.q)} mutual/self overlap={s.mutual_ratio:.3f}")
+    emit(args, payload, "\n".join(lines))
+    return 0 if r.converged else 1
+
+
 def add_parsers(erm_subparsers) -> None:
     """Add ``general-fixed-point`` and ``general-simulate`` to the ``theory erm`` subparsers."""
     p = erm_subparsers.add_parser(
@@ -145,3 +174,31 @@ def add_parsers(erm_subparsers) -> None:
     _model_args(s)
     add_json(s)
     s.set_defaults(func=cmd_simulate)
+
+    f = erm_subparsers.add_parser(
+        "general-fixed-m",
+        help="RS training loss at a fixed positional overlap m (theta = 0), optionally with "
+             "finite-d L-BFGS restricted to the same m",
+        description="RS state equations with the positional overlap m held fixed (theta = 0, "
+                    "rank 1): q, V, eps_t(m), eps_g and d eps_t/dm; with --d also L-BFGS on "
+                    "the finite-d risk restricted to the same m from several random restarts "
+                    "per data set, and the mean mutual/self overlap of the minima found (1 for a "
+                    "unique minimum).")
+    f.add_argument("--alpha", type=float, required=True, help="sample ratio α = n/d")
+    f.add_argument("--m", required=True,
+                   help="positional overlaps m_1,...,m_L (comma-separated; in the range of G, "
+                        "e.g. summing to 0 for simplex encodings)")
+    _model_args(f)
+    f.add_argument("--n", type=int, default=2**12,
+                   help="QMC points per scrambling (power of 2; default 4096)")
+    f.add_argument("--n-rep", type=int, default=2, help="scramblings (default 2)")
+    f.add_argument("--q0", type=float, default=0.1, help="initial q (default 0.1)")
+    f.add_argument("--V0", type=float, default=10.0, help="initial V (default 10)")
+    f.add_argument("--seed", type=int, default=0, help="QMC / first data seed (default 0)")
+    f.add_argument("--d", type=int, default=0,
+                   help="also run L-BFGS at this dimension d (default 0: theory only)")
+    f.add_argument("--seeds", type=int, default=1, help="data sets for --d (default 1)")
+    f.add_argument("--restarts", type=int, default=3,
+                   help="random restarts per data set for --d (default 3)")
+    add_json(f)
+    f.set_defaults(func=cmd_fixed_m)
