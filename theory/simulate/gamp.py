@@ -231,17 +231,17 @@ def fd_divergence(w, V, kappa, astar, bstar, delta, *, px=None):
     ``delta* = (c / (4 b^2 n))^(1/5)``, i.e. ``delta ~ n^{-1/5}``.  Measured on the positional
     branch: :func:`default_fd_delta` and BENCHMARKS.md.
 
-    Inside GAMP (global prox) the estimate is a discontinuous function of the fields: it
-    jumps by ``~[g]/(2 delta n)`` whenever a sample crosses the edge of its window, and
-    GAMP's Vhat then jitters by +-3 % between iterations near the fixed point (d = 250,
-    alpha = 2: 2 seeds in 3 do not converge with "fd", all 3 do with "jacobian"; the "stein"
-    oracle does not converge either).  A continuous variant (exact crossing by bisection,
-    tent kernel, followed-basin difference for the smooth part) was tried: same accuracy on
-    the population test (+1.0 / -1.0 / +0.1 % at n = 40000) but Vhat still jittered by
-    +-2.5 % and GAMP still did not converge.  Measured (d = 250, seed 0): with "fd" 1-21
-    samples' global minimisers flip basin at every iteration near the end, with "jacobian"
-    none; the flips and the jitter of Vhat feed each other (the larger V of the full
-    divergence, 12.5 vs 11.3, also enlarges each sample's O(d^{-1/2}) self-feedback).
+    Inside GAMP (global prox) the estimate is a discontinuous function of the fields: it jumps
+    by ``~[g]/(2 delta n)`` whenever a sample crosses the edge of its window, and GAMP's Vhat
+    then jitters by +-3 % between iterations near the fixed point (d = 250, alpha = 2, mixing
+    0.25: 3 seeds in 6 do not converge with "fd", all 6 do with "jacobian"; the "stein" oracle
+    does not converge either on seed 0). A continuous variant (exact crossing by bisection, tent
+    kernel, followed-basin difference for the smooth part) was tried: same accuracy on the
+    population test (+1.0 / -1.0 / +0.1 % at n = 40000) but Vhat still jittered by +-2.5 % and
+    GAMP still did not converge. Measured (d = 250, seed 0): with "fd" 1-21 samples' global
+    minimisers flip basin at every iteration near the end, with "jacobian" none; the flips and
+    the jitter of Vhat feed each other (the larger V of the full divergence, 12.5 vs 11.3, also
+    enlarges each sample's O(d^{-1/2}) self-feedback).
 
     ``kappa, astar, bstar`` as in :func:`prox`; ``px`` the global :func:`prox` at ``w`` if
     already computed (only used to count the switches).  Cost: four global prox calls.
