@@ -229,3 +229,24 @@ def test_default_rule_is_the_trapezoid_in_eta():
     assert ps.make_rule("split", 10).eta == "gh"  # giving only nodes selects Gauss-Hermite
     with pytest.raises(ValueError, match="h"):
         ps.make_rule("split", h=5.0)
+
+
+@pytest.mark.slow
+def test_curve_continuation_matches_cold_solves_and_stops_at_the_branch_end():
+    # default rule: the warm starts of the continuation take the direct quasi-Newton route
+    # (accurate map, cheap Jacobian); the cold solves take the cheap-then-accurate route, so
+    # the two meet only if both converge to the same fixed point (tol 1e-6 → agreement to a
+    # few 1e-6).  Backward along the semantic branch, α = 0.6 lies below its end (~0.75):
+    # it collapses there and is not continued to 0.55.
+    alphas = [0.55, 0.6, 1.9, 2.0, 2.1]
+    rs = {(r.branch_init, r.alpha): r for r in ps.curve(alphas, P)}
+    for b in ("semantic", "positional"):
+        cold = ps.fixed_point(2.0, P, b)
+        warm = rs[b, 2.0]
+        assert warm.converged and warm.branch == b
+        for k in ("q", "m", "theta", "V", "eps_t", "eps_g"):
+            assert getattr(warm, k) == pytest.approx(getattr(cold, k), rel=2e-5, abs=1e-12), k
+    assert all(rs["positional", a].converged for a in alphas)
+    assert rs["semantic", 0.6].status == "diverged" and rs["semantic", 0.6].metadata["collapsed"]
+    assert rs["semantic", 0.55].metadata.get("not_continued")
+    assert "collapsed at α = 0.6" in rs["semantic", 0.55].message

@@ -412,7 +412,8 @@ def make_rule(method: str = "split", nodes: int | None = None, rng=0, *, n_r: in
 def coarse_rule() -> Rule:
     """The cheap rule of :data:`SPLIT_COARSE`."""
     c = SPLIT_COARSE
-    return make_rule("split", c["n"], n_r=c["n_r"], n_phi=c["n_phi"], n_arc=c["n_arc"], eta="gh")
+    return make_rule("split", c.get("n"), n_r=c["n_r"], n_phi=c["n_phi"], n_arc=c["n_arc"],
+                     eta=c["eta"], h=c.get("h"))
 
 
 def _split_sums(rule: Rule, q, m, theta, V, p: ERMParams, jac: bool, symmetry: bool = True):
@@ -534,6 +535,11 @@ DEFAULT_INIT = {
 #: what a converged result passes on to a warm-started neighbour (in ``metadata``): the
 #: accurate-minus-cheap shift and the cheap stage's Jacobian
 WARM_EXTRAS = ("cheap_shift", "jac_cheap")
+#: a warm start whose accurate-map residual is below WARM_DIRECT_RESIDUAL is polished by
+#: quasi-Newton on the accurate rule directly (at most WARM_DIRECT_MAPS maps), else by the
+#: cheap-then-accurate route of a cold start
+WARM_DIRECT_RESIDUAL = 5e-2
+WARM_DIRECT_MAPS = 6
 
 #: |m| or |θ|/σ² below this is "zero" when labelling a fixed point
 LABEL_TOL = 1e-6
@@ -604,7 +610,12 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     ``init`` overrides (q, m, theta, V) (warm start).
 
     Iteration (``accel``):
-      * ``"newton"`` (default): a quasi-Newton (Broyden) solve of F(x) = x on the cheap rule
+      * ``"newton"`` (default): a warm start whose residual on the requested rule is below
+        ``WARM_DIRECT_RESIDUAL`` (continuation: typically 1e-4-1e-2) is polished directly by
+        quasi-Newton on the requested rule with the cheap map's finite-difference Jacobian
+        (2-3 accurate and 4 cheap maps; the cheap rule's own error, ~2e-3 and oscillating with
+        the parameters, would make a cheap fixed point a worse start).  Otherwise:
+        a quasi-Newton (Broyden) solve of F(x) = x on the cheap rule
         ``SPLIT_COARSE`` (warm starts and positional cold starts; a cold semantic start, or a
         failed Newton, uses the damped Anderson iteration, ``mixing`` = weight on the new
         iterate, down to a residual of 1e-3), then a quasi-Newton solve on the requested rule
@@ -722,20 +733,34 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         # 2. quasi-Newton on the requested rule, its Jacobian from finite differences of the
         #    cheap map: a few accurate maps polish the cheap fixed point
         #    (a cold semantic start is far from the fixed point: Anderson first there)
-        pre = None
-        if init is not None or branch == "positional":
+        pre = out = None
+        if init is not None and cheap is not rule:
+            # a warm start (continuation) is usually within ~1e-3 of the fixed point: solve the
+            # accurate equations directly, the Jacobian from finite differences of the cheap map
+            # at the start (no cheap fixed point: the cheap rule's error, ~2e-3 and oscillating
+            # with the parameters, is larger than a good warm start's)
+            direct = newton_iteration(make_F(rule), start, tol=tol, max_iter=WARM_DIRECT_MAPS,
+                                      jacobian_map=make_F(cheap), keep_history=keep_history,
+                                      stop=stop, max_start_residual=WARM_DIRECT_RESIDUAL)
+            iters += direct.iterations
+            if direct.status in ("converged", "diverged"):
+                out = direct
+        if out is None and (init is not None or branch == "positional"):
             pre = newton_iteration(make_F(cheap), start, tol=max(tol, 1e-4) if cheap is not rule
                                    else tol, max_iter=16, keep_history=keep_history, stop=stop,
                                    jacobian0=_jac_for(jac_prev, keys))
             iters += pre.iterations
-        if pre is None or pre.status != "converged":
+        if out is None and (pre is None or pre.status != "converged"):
             pre = anderson_iteration(make_F(cheap), start, mixing=mixing,
                                      tol=max(tol, 1e-3), max_iter=max_iter,
                                      keep_history=keep_history, stop=stop)
             iters += pre.iterations
-        if pre.status == "diverged" or (cheap is rule and pre.status == "converged"
-                                        and pre.residual < tol):
+        if out is not None:
+            out.iterations = iters
+        elif pre.status == "diverged" or (cheap is rule and pre.status == "converged"
+                                          and pre.residual < tol):
             out = pre  # (no cheap rule: stage 1 already solved the requested equations)
+            out.iterations = iters
         else:
             begin = dict(pre.x) if pre.status == "converged" else start
             if pre.status == "converged" and shift and cheap is not rule:
@@ -746,7 +771,9 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
                     begin = trial
             out = newton_iteration(make_F(rule), begin, tol=tol, max_iter=min(max_iter, 40),
                                    jacobian_map=make_F(cheap) if cheap is not rule else None,
-                                   keep_history=keep_history, stop=stop)
+                                   keep_history=keep_history, stop=stop,
+                                   jacobian_base=((pre.x, pre.Fx) if pre.status == "converged"
+                                                  and pre.Fx else None))
             if out.status == "converged" and pre.status == "converged" and cheap is not rule:
                 cheap_x = {k: float(v) for k, v in pre.x.items()}
             if out.status in ("converged", "diverged"):
@@ -789,6 +816,8 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     out.x = dict(q=out.x["q"], V=out.x["V"], m=out.x.get("m", 0.0),
                  theta=out.x.get("theta", 0.0))
     res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
+    if out.status == "diverged" and "collapsed onto the trivial" in (out.message or ""):
+        res.metadata["collapsed"] = True
     if (res.converged and accel == "newton" and cheap is not rule
             and getattr(pre, "jacobian", None) is not None):
         res.metadata["jac_cheap"] = dict(keys=list(keys), J=pre.jacobian[0].tolist(),
@@ -808,18 +837,21 @@ def _jac_for(saved, keys):
 
 def _result_from(alpha, p, branch, out, rule, tol, guard_hits,
                  diagnostics=False) -> ERMResult:
-    x = out.Fx if out.Fx else out.x
+    # converged: the channel of the last map evaluation (at out.x) is reused and the result is
+    # reported at out.x — the fixed point to within the tolerance, with hats and Φ consistent
+    # with it (ε_t, being stationary, is exact to ~tol²); otherwise (or for the derivative-form
+    # diagnostics) everything is evaluated at the final undamped image F(out.x)
+    reuse = (not diagnostics and out.status == "converged" and isinstance(out.aux, tuple))
+    x = out.x if reuse or not out.Fx else out.Fx
+    if reuse:  # the channel saw θ through the guard
+        x = dict(x, theta=_guard_theta(x["q"], x["theta"], p.rho)[0])
     meta = dict(rule.describe(), tol=tol, guard_hits=int(guard_hits))
     if out.aux is None or out.status == "nan":
         return ERMResult(alpha=alpha, omega=p.omega, status=out.status, message=out.message,
                          branch_init=branch, iterations=out.iterations, params=p.to_dict(),
                          metadata=meta, history=out.history)
-    # converged: the last map evaluation (channel at out.x, whose image is x = F(out.x)) is
-    # reused — x and out.x agree to the tolerance and Φ is stationary; otherwise (or for the
-    # derivative-form diagnostics) everything is evaluated at the final undamped iterate x
     try:
-        if (not diagnostics and out.status == "converged" and out.residual <= 1e-7
-                and isinstance(out.aux, tuple)):
+        if reuse:
             ch, h = out.aux
         else:
             ch = channel(x["q"], x["m"], x["theta"], x["V"], p, rule, jac=diagnostics)
@@ -925,15 +957,25 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
                    desc="erm curve")
     out = []
     for b in branches:
-        last = [None]
+        last, lost = [], {}
 
-        def solve(a, init, b=b, last=last):
-            if init is not None and last[0] is not None:
+        def solve(a, init, b=b, last=last, lost=lost):
+            d = "forward" if not last or a > last[-1].alpha else "backward"
+            if d in lost:
+                # natural continuation cannot pass the end (fold) of a branch: once the branch,
+                # followed this way, collapsed onto the trivial one, it is not solved further
+                return ERMResult(alpha=a, omega=p.omega, status="diverged", branch_init=b,
+                                 params=p.to_dict(), metadata=dict(not_continued=True),
+                                 message=f"not continued: the {b} branch, followed {d}, "
+                                         f"collapsed at α = {lost[d]:.6g}")
+            if init is not None and last:
                 # carry the accurate-minus-cheap shift along the branch (defect correction)
-                init = dict(init, **{k: last[0].metadata.get(k) for k in WARM_EXTRAS})
+                init = dict(init, **{k: last[-1].metadata.get(k) for k in WARM_EXTRAS})
             r = fixed_point(a, p, b, init=init, **fp_kwargs)
             if r.converged and r.branch == b:
-                last[0] = r
+                last.append(r)
+            elif last and r.metadata.get("collapsed"):
+                lost[d] = a
             return r
 
         res = _sweep(solve, alphas, None, directions=sweeps_of(b), progress=bar,

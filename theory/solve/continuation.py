@@ -1,13 +1,14 @@
 """Natural-parameter continuation: follow a solution branch over a grid of a control parameter.
 
 ``follow(solve, grid, init)`` calls ``solve(x, init)`` at every grid point in order, warm-starting
-each solve from the previous solution (linearly extrapolated from the last two when available),
+each solve from the previous solution (extrapolated from the last two or three when available),
 so a branch can be followed past the point where a cold start would jump to another branch.
 ``sweep(solve, grid, init)`` does it forward (increasing) and backward (decreasing).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,10 +24,18 @@ def _extrapolate(prev: list, xs: list, x_new: float, keys: Sequence[str]) -> dic
     xa, xb = xs[-2], xs[-1]
     if xb == xa:
         return {k: b[k] for k in keys}
-    t = (x_new - xb) / (xb - xa)
+    # Lagrange weights through the last two (linear) or three (quadratic) points
+    if len(prev) >= 3 and len({xs[-3], xa, xb}) == 3:
+        pts = xs[-3:]
+        wts = [math.prod((x_new - pts[j]) / (pts[i] - pts[j]) for j in range(3) if j != i)
+               for i in range(3)]
+        use = prev[-3:]
+    else:
+        t = (x_new - xb) / (xb - xa)
+        wts, use = [-t, 1 + t], [a, b]
     out = {}
     for k in keys:
-        v = b[k] + t * (b[k] - a[k])
+        v = sum(w * u[k] for w, u in zip(wts, use))
         # never extrapolate through zero or to a sign change: fall back to the last value
         out[k] = v if (v > 0) == (b[k] > 0) and v != 0 else b[k]
     return out

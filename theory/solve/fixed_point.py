@@ -233,6 +233,8 @@ def newton_iteration(
     keep_history: bool = True,
     stop: Callable[[dict, int], str | None] | None = None,
     jacobian0: tuple | None = None,
+    jacobian_base: tuple[dict, dict] | None = None,
+    max_start_residual: float | None = None,
 ) -> FixedPointOutcome:
     """Solve F(x) = x by a safeguarded Broyden (quasi-Newton) method.
 
@@ -251,7 +253,11 @@ def newton_iteration(
     ``F`` (including the finite differences when the Jacobian is taken from ``F``).  Map failures
     (non-finite values, ``FloatingPointError``, ``ZeroDivisionError``, ``ValueError``) count as
     a failed step.  ``jacobian0`` = the ``jacobian`` of an earlier outcome (same keys): start
-    from it instead of finite differences.
+    from it instead of finite differences.  ``jacobian_base`` = (x_b, jacobian_map(x_b)), a point
+    near ``x0`` where ``jacobian_map`` is already known (e.g. its own fixed point): the first
+    Jacobian is taken there, which saves the base evaluation of the finite differences.
+    ``max_start_residual``: give up at once (status "max_iter", one evaluation spent) when the
+    start's residual exceeds it — for a caller that has a more robust method for far starts.
     """
     import numpy as np
 
@@ -305,6 +311,10 @@ def newton_iteration(
                                  f"map failed at the start: {err}", hist, None)
     g = (fx - x) / scale
     res = _relative_residual_array(fx, x, atol)
+    if max_start_residual is not None and res > max_start_residual:
+        return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
+                                 f"the start is too far from a fixed point (residual {res:.1e} > "
+                                 f"{max_start_residual:g})", hist, aux)
     cheap = jacobian_map if jacobian_map is not None else F
     J = None  # computed only once a step is needed (a start already converged costs one map)
     if jacobian0 is not None:
@@ -328,6 +338,11 @@ def newton_iteration(
             return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
                                      message or f"no convergence in {max_iter} map evaluations",
                                      hist, aux)
+        if J is None and jacobian_base is not None and cheap is not F:
+            xb = np.array([float(jacobian_base[0][key]) for key in keys])
+            fb = np.array([float(jacobian_base[1][key]) for key in keys])
+            J, _ = fd_jacobian(cheap, xb, (fb - xb) / scale)
+            jacobian_base = None
         if J is None:
             J, n = fd_jacobian(cheap, x, g if cheap is F else None)
             if cheap is F:
