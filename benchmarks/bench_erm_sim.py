@@ -352,7 +352,39 @@ def positional_fp_runs(path, ds=(250, 500, 1000, 2000, 4000), seeds=(8, 8, 8, 8,
         del pb
 
 
-def positional_fp_report(path, T=150, mixing=0.25, t_end=20):
+def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, tol=1e-7):
+    """GAMP to convergence in its default prox mode ("auto": global prox for 30 iterations,
+    then warm, which converges), effective channel, per-sample Jacobian, restarts on, from the
+    positional start Q0 = m0 1_d, V0 = 11; stored under "auto/jacobian/d/seed" in ``path``
+    (the same report as :func:`positional_fp_report`)."""
+    import json
+    import os
+
+    from theory._util import atomic_write_text, dumps_json
+    from theory.simulate.erm_gd import make_problem
+    from theory.simulate.gamp import run_gamp
+
+    keys = ("q", "m", "theta", "V", "Vhat", "residual")
+    db = json.load(open(path)) if os.path.exists(path) else {}
+    a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
+    for d in ds:
+        for seed in range(seeds):
+            key = f"auto/jacobian/{d}/{seed}"
+            if key in db:
+                continue
+            pb = make_problem(a, om, d, seed, n_test=2)
+            t = time.perf_counter()
+            r = run_gamp(a, om, d, "positional", seed, problem=pb, mixing=mixing, tol=tol,
+                         V0=V0, channel="effective", divergence="jacobian", Q0=np.full(d, m0))
+            db[key] = {k: r.history[k] for k in keys}
+            db[key]["status"] = r.status
+            db[key]["restarts"] = r.metadata["restarts"]
+            atomic_write_text(path, dumps_json(db))
+            print(f"{key}: {r.status} {r.iterations} it, restarts {r.metadata['restarts']}, "
+                  f"{time.perf_counter() - t:.0f} s", flush=True)
+
+
+def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
     """GAMP's end state (mean of the last ``t_end`` iterations) against the replica fixed
     point (E1's quadrature: no SE Monte Carlo error): RMS over seeds, x sqrt(d), mean +- s.e.,
     log-log slope in d.  Reference V: the replica V for "fd" (full divergence), and
@@ -371,7 +403,7 @@ def positional_fp_report(path, T=150, mixing=0.25, t_end=20):
     out = {}
     for div in ("fd", "jacobian"):
         ref = np.array([fp.q, fp.m, 0.0, fp.V if div == "fd" else V_jac])
-        ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"fp/{div}/")})
+        ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"{prefix}/{div}/")})
         if not ds:
             continue
         print(f"GAMP divergence={div}, mixing {mixing}, {T} iterations, end = mean of the last "
@@ -380,7 +412,7 @@ def positional_fp_report(path, T=150, mixing=0.25, t_end=20):
               f"                   | mean +- s.e.: q, m, theta, V | end residual")
         rows = []
         for d in ds:
-            runs = [db[k] for k in db if k.startswith(f"fp/{div}/{d}/")]
+            runs = [db[k] for k in db if k.startswith(f"{prefix}/{div}/{d}/")]
             E = np.array([[np.mean(np.asarray(h[k], float)[-t_end:]) for k in keys]
                           for h in runs])
             D = E - ref

@@ -269,9 +269,10 @@ def test_positional_gamp_with_the_full_divergence_stays_near_its_state_evolution
 @pytest.mark.slow
 def test_stalled_positional_instance_converges_after_restarts():
     # alpha = 2, d = 400, seed 0, positional start, exact channel, mixing 0.2: without restarts
-    # GAMP cycles with residual ~0.03 for 400 iterations (stability index 1.86; one sample,
-    # held by the warm prox near the fold of a metastable basin, has a V dg/dw eigenvalue of
-    # +20.6 and carries 1.04 of it); halving the mixing in place does not free it.  With the
+    # GAMP cycles with residual 0.028 for 400 iterations (stability index 1.23 at the end; one
+    # sample, held by the warm prox near the fold of a metastable basin, has a V dg/dw
+    # eigenvalue of +16.2 and carries 0.65 of it); halving the mixing in place does not free
+    # it.  With the
     # restarts (mixing 0.2 -> 0.1 -> 0.05 from the initial state) it converges (measured: 773
     # iterations in all) to a stationary point of the empirical risk with stability < 1.
     pb = make_problem(2.0, 0.3, 400, seed=0, n_test=200)

@@ -382,7 +382,7 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
     Stalls and restarts.  At finite d a sample held by the warm prox in a metastable basin near
     its fold (``I + V hess`` nearly singular) has a per-sample ``V dg/dw`` eigenvalue >> 1: alone
     it can push the stability index ``V^2 sum_mu |dg_mu/dw|^2/d`` above 1 (alpha = 2, d = 400,
-    seed 0: one sample with eigenvalue +20.6 carries 1.04 of the index 1.86) and the iteration
+    seed 0: one sample with eigenvalue +16.2 carries 0.65 of the index 1.23) and the iteration
     cycles with a constant residual; halving the mixing from there does not help (measured:
     still stuck after 4 halvings), but the same run started again with a smaller mixing does
     not enter that configuration.  So when the best residual of the last ``stall_window``
