@@ -345,6 +345,24 @@ def test_cli_parsers_and_json(capsys):
         args.func(args)
 
 
+def test_cli_fixed_m(capsys):
+    from theory.cli import erm_general
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    erm_general.add_parsers(sub)
+    args = parser.parse_args(["general-fixed-m", "--alpha", "1", "--L", "3", "--m",
+                              "0.1,0.1,-0.2", "--n", "256", "--d", "30", "--restarts", "2",
+                              "--json"])
+    args.func(args)
+    out = json.loads(capsys.readouterr().out)
+    assert out["theory"]["q"] > 0 and len(out["theory"]["grad_m"]) == 3
+    assert len(out["simulations"]) == 1 and len(out["simulations"][0]["eps_t"]) == 2
+    args = parser.parse_args(["general-fixed-m", "--alpha", "1", "--L", "3", "--m", "0.1,0.1"])
+    with pytest.raises(ValueError, match="L = 3 entries"):
+        args.func(args)
+
+
 # --------------------------------------------------------------------------- validation (slow)
 
 
@@ -417,3 +435,61 @@ def test_rank2_mixed_fixed_point_against_finite_d_lbfgs():
     for key, (tv, tq) in theory.items():
         ext, se = _extrapolate(s400[key], s800[key])
         assert abs(ext - tv) < 4 * se + 4 * tq, (key, ext, se, tv, tq)
+
+
+@pytest.mark.slow
+def test_fixed_m_profile_has_its_minimum_at_the_L2_positional_fixed_point():
+    """The fixed-m RS profile (m̂ as Lagrange multiplier) at the L = 2 code's positional m*
+    reproduces that fixed point (q, V, ε_t, ε_g within 4 QMC SE + 1e-3 relative, dε_t/dm
+    within 4 SE of 0), and ε_t(m) rises on both sides (m = 0.2 and 0.32; measured rises
+    7e-5 and 2.5e-4 against SE ~1.5e-5, same nodes)."""
+    ref = ps.fixed_point(2.0, P2REF, "positional")
+    assert ref.converged
+    nodes = pg.make_nodes(P2, 2**11, 4, rng=1)
+    r = pg.fixed_m_point(2.0, [ref.m, -ref.m], P2, q0=0.05, V0=11.0, nodes=nodes)
+    assert r.converged
+    for key, val in (("q", ref.q), ("V", ref.V), ("eps_t", ref.eps_t), ("eps_g", ref.eps_g)):
+        se = float(r.err[key])
+        assert abs(getattr(r, key) - val) < 4 * se + 1e-3 * abs(val), (key, r, val, se)
+    assert abs(r.grad_m[0]) < 4 * float(r.err["grad_m"][0]) + 1e-5
+    for mm in (0.2, 0.32):
+        side = pg.fixed_m_point(2.0, [mm, -mm], P2, q0=0.05, V0=11.0, nodes=nodes, error=False)
+        assert side.converged and side.eps_t > r.eps_t + 4 * float(r.err["eps_t"])
+
+
+#: L = 3 rank-1 θ = 0 sector: vertex-type direction of m in the encoding plane
+V1 = np.array([1.0, 1.0, -2.0]) / math.sqrt(6)
+
+
+@pytest.mark.slow
+def test_L3_theta0_sector_rs_profile_is_monotone_and_the_finite_d_landscape_is_glassy():
+    """Issue 3 (BENCHMARKS.md "L = 3 positional side"): at L = 3, α = 1 the RS training loss
+    at fixed m (θ = 0) rises with |m| (no positional fixed point besides m ≈ 0: what the θ = 0
+    iteration converges to), while the finite-d risk restricted to m = 0 is glassy:
+    independent L-BFGS restarts on the SAME data end in distinct minima with mutual overlap
+    |q_ab| far below their self-overlap (measured ratio 0.0-0.5), unlike the L = 2 positional
+    fixed point (one minimum: ratio 1 to 1e-9).  RS assumes q_ab = q, so the RS θ = 0 branch
+    is not a description of those minima.  At |m| = 0.35 (less glassy, ratio ~0.9) the seed
+    mean of the L-BFGS ε_t agrees with the RS profile within 4 SE."""
+    nodes = pg.make_nodes(P3, 2**11, 4, rng=2)
+    prof = [pg.fixed_m_point(1.0, a * V1, P3, q0=0.11, V0=25.0, nodes=nodes) for a in
+            (0.0, 0.2, 0.35)]
+    assert all(x.converged for x in prof)
+    for lo, hi in zip(prof, prof[1:]):
+        # paired over the scramblings (same nodes): the QMC error largely cancels
+        dif = np.subtract(hi.metadata["rep_eps_t"], lo.metadata["rep_eps_t"])
+        assert dif.mean() > 4 * dif.std(ddof=1) / 2, dif
+    # the slope along V1 at 0.2 and 0.35 is positive beyond 4 SE
+    for x in prof[1:]:
+        assert x.grad_m @ V1 > 4 * (np.abs(V1) @ x.err["grad_m"])
+    glass = [eg.simulate_fixed_m(1.0, np.zeros(3), P3, d=400, seed=s, restarts=3)
+             for s in range(3)]
+    assert all(x.converged for x in glass)
+    assert np.mean([x.mutual_ratio for x in glass]) < 0.6
+    ctrl = eg.simulate_fixed_m(2.0, [0.258229, -0.258229], P2, d=400, seed=0, restarts=3)
+    assert ctrl.converged and ctrl.mutual_ratio > 0.999
+    sims = [eg.simulate_fixed_m(1.0, 0.35 * V1, P3, d=800, seed=s, restarts=1)
+            for s in range(4)]
+    et = np.array([x.eps_t[0] for x in sims])
+    se = et.std(ddof=1) / 2
+    assert abs(et.mean() - prof[2].eps_t) < 4 * se + 4 * float(prof[2].err["eps_t"])

@@ -1201,7 +1201,9 @@ class FixedMResult(Result):
     G⁺ m (λ + σ² V̂) instead of α E[g]); eps_t = -Φ is the RS training loss of the minimiser of
     the empirical risk restricted to {PQ/√d = m, Q*ᵀQ = 0}; ``grad_m`` (L,) = dε_t/dm
     projected on the range of G (zero at a fixed point of the full θ = 0 equations);
-    ``err``: standard errors over the scramblings (same keys), when n_rep >= 2.
+    ``err``: standard errors over the scramblings (same keys), when n_rep >= 2;
+    ``metadata["rep_eps_t"]``: ε_t of each scrambling (paired differences between profile
+    points on the same nodes are far more precise than ``err`` suggests).
     """
 
     alpha: float
@@ -1315,6 +1317,8 @@ def fixed_m_point(alpha, m, params=None, *, q0: float = 0.1, V0: float = 10.0,
             for key in reps[0]:
                 arr = np.array([np.asarray(r_[key], float) for r_ in reps])
                 err[key] = arr.std(axis=0, ddof=1) / math.sqrt(len(reps))
+            # per-scrambling values: profiles on the same nodes can be compared pairwise
+            common["metadata"]["rep_eps_t"] = [float(r_["eps_t"]) for r_ in reps]
     return FixedMResult(status=status, message="" if status == "converged" else
                         f"Newton residual {res:.2e} after {its} steps", iterations=its,
                         residual=res, err=err, **out, **common)
