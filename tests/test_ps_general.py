@@ -352,7 +352,7 @@ def test_cli_fixed_m(capsys):
     sub = parser.add_subparsers()
     erm_general.add_parsers(sub)
     args = parser.parse_args(["general-fixed-m", "--alpha", "1", "--L", "3", "--m",
-                              "0.1,0.1,-0.2", "--n", "256", "--d", "30", "--restarts", "2",
+                              "0.1,0.1,-0.2", "--n", "128", "--d", "20", "--restarts", "2",
                               "--json"])
     args.func(args)
     out = json.loads(capsys.readouterr().out)

@@ -78,8 +78,8 @@ Setting: L = 3, r = r_t = 1, simplex encodings, A = 0.6 / 0.2, ω = 0.3, σ = 0.
 * The ansatz can represent what L-BFGS finds.  m is a free L×r matrix (no symmetry between
   encodings imposed); the L-BFGS minima from the positional start have m in the encoding
   plane (Σ_ℓ m_ℓ = 0, as the ridge step m = K G m̂ forces), along the vertex direction
-  (1, 1, -2)/√6 or between it and the edge direction (1, -1, 0)/√2, |m| = 0.27-0.38,
-  q = 0.083-0.095 and θ between the 1/√d noise level and 0.04 (d = 400).
+  (1, 1, -2)/√6 or between it and the edge direction (1, -1, 0)/√2, |m| = 0.24-0.38,
+  q = 0.083-0.101 and |θ| = 0.007-0.06, not falling like 1/√d (d = 400-1600).
 * There is no RS positional fixed point besides m ≈ 0.  :func:`fixed_m_point` gives the RS
   training loss ε_t(m) of the risk restricted to a fixed m (θ = 0; m̂ becomes the Lagrange
   multiplier; it reproduces the L = 2 positional fixed point as the minimum of its profile,
