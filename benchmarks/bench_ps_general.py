@@ -3,6 +3,9 @@
     python benchmarks/bench_ps_general.py            # kernel + channel timings (~1-2 min)
     python benchmarks/bench_ps_general.py --solve    # + one L = 2 reduction fixed point and
                                                      #   one L = 3 fixed point (several minutes)
+    python benchmarks/bench_ps_general.py --fixed-m  # + the fixed-m RS profile point (Newton)
+                                                     #   against the plain damped iteration of
+                                                     #   the same map, and restricted L-BFGS
 
 Prints: the multi-start numba prox per node against the plain scipy baseline (BFGS from the
 same deterministic starts, no random ones), for (L, r, r_t) = (2,1,1), (3,1,1), (2,2,1); the
@@ -61,6 +64,9 @@ def bench_channel(p, n=2**12, n_rep=2):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--solve", action="store_true", help="also time full fixed points")
+    ap.add_argument("--fixed-m", action="store_true",
+                    help="also time the fixed-m profile (Newton vs damped map) and restricted "
+                         "L-BFGS at L = 3, alpha = 1, |m| = 0.35")
     args = ap.parse_args()
     print(f"numba threads: {numba.get_num_threads()}")
     cases = [(2, 1, 1), (3, 1, 1), (2, 2, 1)]
@@ -87,6 +93,44 @@ def main():
             print(f"L={L} alpha={alpha} {br:10s} {res.status:9s} it={res.iterations:3d} "
                   f"q={res.q[0, 0]:.5f}±{res.err['q'][0, 0]:.1e} eps_t={res.eps_t:.6f} "
                   f"wall={dt:.0f}s")
+
+    if args.fixed_m:
+        bench_fixed_m()
+
+
+def bench_fixed_m(mixing=0.5, tol=1e-8):
+    """L = 3, α = 1, m = 0.35 (1, 1, -2)/√6, QMC 2^12 x 2: fixed_m_point (Newton in log q,
+    log V) against the baseline plain damped iteration of the same map to the same tolerance,
+    then simulate_fixed_m at d = 400 and 800 (2 restarts)."""
+    from theory.simulate import erm_general as eg
+
+    p = pg.GeneralParams(L=3)
+    m = 0.35 * np.array([1.0, 1.0, -2.0]) / np.sqrt(6)
+    nodes = pg.make_nodes(p, 2**12, 2, rng=1)
+    pg.fixed_m_point(1.0, m, p, nodes=pg.make_nodes(p, 64, 2, rng=1), error=False)  # compile
+    t = time.perf_counter()
+    r = pg.fixed_m_point(1.0, m, p, q0=0.1, V0=10.0, nodes=nodes, tol=tol, error=False)
+    t_newton = time.perf_counter() - t
+    t = time.perf_counter()
+    q, V, its = 0.1, 10.0, 0
+    while its < 2000:
+        its += 1
+        qn, Vn, *_ = pg._fixed_m_map(1.0, p, m[:, None], q, V, nodes)
+        done = max(abs(np.log(qn / q)), abs(np.log(Vn / V))) < tol
+        q, V = (1 - mixing) * q + mixing * qn, (1 - mixing) * V + mixing * Vn
+        if done:
+            break
+    t_damped = time.perf_counter() - t
+    print(f"\nfixed-m profile point (L=3, alpha=1, |m|=0.35, 2^12 x 2, tol {tol:g}):")
+    print(f"  Newton   {r.status:9s} q={r.q:.6f} V={r.V:.4f} eps_t={r.eps_t:.7f} "
+          f"wall={t_newton:.1f}s")
+    print(f"  damped (mixing {mixing}) {its} maps q={q:.6f} V={V:.4f} wall={t_damped:.1f}s "
+          f"ratio {t_damped / t_newton:.1f}")
+    for d in (400, 800):
+        t = time.perf_counter()
+        s = eg.simulate_fixed_m(1.0, m, p, d=d, seed=0, restarts=2)
+        print(f"  restricted L-BFGS d={d}: {s.status} eps_t={np.round(s.eps_t, 6).tolist()} "
+              f"overlap ratio {s.mutual_ratio:.3f} wall={time.perf_counter() - t:.1f}s")
 
 
 if __name__ == "__main__":
