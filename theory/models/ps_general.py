@@ -84,30 +84,30 @@ Setting: L = 3, r = r_t = 1, simplex encodings, A = 0.6 / 0.2, ω = 0.3, σ = 0.
   training loss ε_t(m) of the risk restricted to a fixed m (θ = 0; m̂ becomes the Lagrange
   multiplier; it reproduces the L = 2 positional fixed point as the minimum of its profile,
   slow test).  At L = 3 it RISES monotonically with |m| along both symmetry directions, at
-  α = 1 (0.007085 at m = 0 to 0.00720 at |m| = 0.35) and at α = 2 (0.014185 to 0.01462 at
+  α = 1 (0.00708 at m = 0 to 0.00720 at |m| = 0.35) and at α = 2 (0.014185 to 0.01462 at
   0.4).  Newton on the UNDAMPED θ ≡ 0 map (finite-difference Jacobian, frozen nodes) started
   at the L-BFGS overlaps also ends at m ≈ 0 (|m| ≈ 0.09, q = 0.1167, V = 27.35, residual
   4e-4 = the frozen-node roughness): the drift of the damped iteration is not a solver
   failure.  The prox (numba multi-start) agrees with scipy BFGS + 16 random starts and with
   basinhopping at these overlaps (V = 22-28); QMC 2^12×2 and 2^13×4 differ by 8e-7 in ε_t
   and 0.5 % in q.
-* The θ = 0 sector of the finite-d risk is glassy, which RS cannot describe.  L-BFGS restarts
-  on the SAME data, restricted to m = 0 (:func:`theory.simulate.erm_general.simulate_fixed_m`)
-  end in distinct minima whose mutual overlap q_ab is 0-20 % of their self-overlap q (d = 400-
-  1600), ε_t differing by 5e-5-1e-4; at |m| = 0.35 q_ab/q ≈ 0.85-0.92, not growing with d.  RS
-  assumes q_ab = q.  Control: at the L = 2 positional fixed point (α = 2) every restart ends in
-  the same minimum (q_ab/q = 1 to 1e-9), where RS is confirmed.  Consequences, measured:
-  at m = 0 the L-BFGS minima have ε_t = 0.00748(13) (d = 800, 4 seeds) above the RS 0.007085;
-  at |m| = 0.35 ε_t agrees with RS (0.00726(7) at d = 1600 vs 0.00720) but q does not
-  (0.0932(10) vs 0.1003, flat in d).  So the "positional-like minima" are local minima of a
-  replica-symmetry-broken landscape; the RS θ = 0 branch (m ≈ 0, ε_t = 0.007085) is the RS
-  estimate there, not a prediction for them.  A 1RSB (or dynamical) theory would be needed;
-  not done.  :func:`replicon_smooth` (the AT quantity without the jump term) is 0.24-0.26 on
-  the semantic fixed points (RS-stable, and they agree with L-BFGS) but heavy-tailed and
-  unconverged (O(1) ± O(0.5) at 2^15 MC points) on every θ = 0 point, L = 2 included: it does
-  not discriminate there and is reported only as such.
+* The θ = 0 sector of the finite-d risk is glassy, which RS cannot describe. L-BFGS restarts on
+  the SAME data, restricted to m = 0 (:func:`theory.simulate.erm_general.simulate_fixed_m`) end
+  in distinct minima whose mutual overlap q_ab is on average 7-20 % (at most 52 %) of their
+  self-overlap q (d = 400-1600), ε_t differing by 5e-5-1e-4; at |m| = 0.35 q_ab/q ≈ 0.85-0.92,
+  not growing with d. RS assumes q_ab = q. Control: at the L = 2 positional fixed point (α = 2)
+  every restart ends in the same minimum (q_ab/q = 1 to 1e-9), where RS is confirmed.
+  Consequences, measured: at m = 0 the L-BFGS minima have ε_t = 0.00748(13) (d = 800, 4 seeds)
+  above the RS 0.00708; at |m| = 0.35 ε_t agrees with RS (0.00726(7) at d = 1600 vs 0.00720) but
+  q does not (0.0932(10) vs 0.100, flat in d). So the "positional-like minima" are local minima
+  of a replica-symmetry-broken landscape; the RS θ = 0 branch (m ≈ 0, ε_t = 0.00708) is the RS
+  estimate there, not a prediction for them. A 1RSB (or dynamical) theory would be needed; not
+  done. :func:`replicon_smooth` (the AT quantity without the jump term) is 0.24-0.26 on the
+  semantic fixed points (RS-stable, and they agree with L-BFGS) but heavy-tailed and unconverged
+  (O(1) ± O(0.5) at 2^15 MC points) on every θ = 0 point, L = 2 included: it does not
+  discriminate there and is reported only as such.
 * For the phase picture at L = 3, ω = 0.3, α = 1 and 2 this does not matter: the semantic
-  branch has the lower ε_t (0.006102 and 0.009753) than every θ = 0 state, RS or L-BFGS.
+  branch has a lower ε_t (0.006102 and 0.009753) than every θ = 0 state, RS or L-BFGS.
 
 Shapes: fields ``w`` (N, L, r), teacher fields ``hs`` (N, L, r_t), teacher matrices ``T``
 (N, L, L), nodes ``xi`` (R, N, L, r), ``eta`` (R, N, L, r_t).
