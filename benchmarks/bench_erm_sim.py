@@ -406,8 +406,10 @@ def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
         ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"{prefix}/{div}/")})
         if not ds:
             continue
-        print(f"GAMP divergence={div}, mixing {mixing}, {T} iterations, end = mean of the last "
-              f"{t_end}; deviation from the replica fixed point (V relative)")
+        how = (f"mixing {mixing}, {T} iterations" if prefix == "fp" else
+               "default prox mode, mixing 0.2 with restarts, to tol 1e-7")
+        print(f"GAMP divergence={div}, {how}, end = mean of the last {t_end}; deviation from "
+              f"the replica fixed point (V relative)")
         print(f"{'d':>5} {'S':>3} | RMS: q        m        theta    V(rel)  | x sqrt(d)"
               f"                   | mean +- s.e.: q, m, theta, V | end residual")
         rows = []
