@@ -179,19 +179,6 @@ def linear_baseline(omega, *, sigma=SIGMA, nodes=60):
     return 0.5 * sigma**2 * (1 - omega) ** 2 * var
 
 
-def quick_theory_kw() -> dict:
-    """Keyword arguments for a cheaper theory solve in quick mode (E1's coarse split rule)."""
-    try:
-        from theory.models import positional_semantic as ps
-
-        c = getattr(ps, "SPLIT_COARSE", None)
-        if c:
-            return dict(rule=ps.make_rule("split", c["n"], n_r=c["n_r"], n_phi=c["n_phi"],
-                                          n_arc=c["n_arc"]), tol=1e-6)
-    except Exception:  # noqa: BLE001 - theory module unavailable: the caller reports it
-        pass
-    return {}
-
 
 def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, warm=False, **kw):
     """E1's fixed points along ``alphas``; rows (dicts).
@@ -312,9 +299,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     else:
         d, seeds, alphas_sim = 1000, list(range(5)), list(np.arange(0.25, 3.01, 0.25))
         alphas_th = np.linspace(0.1, 3.0, 30)
-    kw = quick_theory_kw() if quick else {}
-    if theory_nodes is not None:
-        kw = dict(nodes=theory_nodes)
+    kw = dict(nodes=theory_nodes) if theory_nodes is not None else {}
     th_err = None
     tkw = None
     if theory_nodes is not None:
@@ -419,17 +404,14 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     if quick:
         d, seeds = 100, [0]
         omegas, alphas = [0.1, 0.3, 0.5, 0.7], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
-        # quick: the lines at three ω with the cheap rule (α_c within ~3e-3 of the default
-        # rule's); full: nine ω with the default rule
+        # quick: the lines at three ω; full: nine ω (default rule in both)
         omegas_th = [0.1, 0.3, 0.5]
     else:
         d, seeds = 500, [0, 1]
         omegas, alphas = list(np.linspace(0.0, 0.8, 9)), list(np.arange(0.25, 4.01, 0.25))
         omegas_th = list(np.linspace(0.0, 0.8, 9))
     mean, _ = simulated_delta_eps_t(alphas, omegas, d, seeds, cache_path=out_dir / CACHE_NAME)
-    kw = quick_theory_kw() if quick else {}
-    if theory_nodes is not None:
-        kw = dict(nodes=theory_nodes)
+    kw = dict(nodes=theory_nodes) if theory_nodes is not None else {}
     lines, th_err, skipped = [], None, []
     from theory.models import positional_semantic as ps
 
@@ -470,14 +452,13 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
                     how="wall time of this figure"),
                dict(name="erm_phase_diagram_theory_wall_s", value=theory_wall,
                     how=f"wall time of the theory lines ({len(omegas_th)} omegas)")]
-    rule_how = "cheap split rule SPLIT_COARSE" if quick else "default split rule"
     for w, ac, al in lines:
         if ac is not None:
             numbers.append(dict(name=f"alpha_c(omega={w:.2f})", value=ac,
-                                how=f"theory root (bracket + Brent, xtol 1e-4), {rule_how}"))
+                                how="theory root (bracket + Brent, xtol 1e-4), default rule"))
         if al is not None:
             numbers.append(dict(name=f"alpha_l(omega={w:.2f})", value=al,
-                                how=f"theory root (bracket + Brent, xtol 1e-4), {rule_how}"))
+                                how="theory root (bracket + Brent, xtol 1e-4), default rule"))
     return dict(files=[str(path)], numbers=numbers)
 
 
@@ -494,9 +475,7 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=2.0, theory_no
     pts = [(alpha, omega, d, s, init) for d in ds for s in seeds
            for init in ("positional", "semantic")]
     rows = run_sims(pts, cache=SimCache(out_dir / CACHE_NAME), desc="erm-d-scaling")
-    kw = quick_theory_kw() if quick else {}
-    if theory_nodes is not None:
-        kw = dict(nodes=theory_nodes)
+    kw = dict(nodes=theory_nodes) if theory_nodes is not None else {}
     th = {}
     for branch in ("semantic", "positional"):
         try:

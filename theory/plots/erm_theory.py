@@ -104,14 +104,9 @@ def _fig_phase(out_dir: Path, quick: bool):
 
     p = ps.ERMParams()
     t0 = time.time()
-    if quick:  # three ω, the cheap rule (α_c within ~3e-3 of the default rule's)
-        omegas = [0.1, 0.3, 0.5]
-        rule = ps.coarse_rule()
-        xtol = 1e-3
-    else:
-        omegas = list(np.linspace(0.1, 0.5, 9))
-        rule = ps.make_rule("split")
-        xtol = 1e-4
+    # quick: three ω; full: nine (default rule, xtol 1e-4 in both)
+    omegas = [0.1, 0.3, 0.5] if quick else list(np.linspace(0.1, 0.5, 9))
+    rule, xtol = ps.make_rule("split"), 1e-4
     # adaptive bracket + Brent, continued in ω (each ω starts at the previous α_c)
     rows = ps.phase_diagram(omegas, p, rule=rule, xtol=xtol)
     out_dir = Path(out_dir)
