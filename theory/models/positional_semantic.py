@@ -928,7 +928,9 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
     ``sweeps``: "forward" (increasing α) and/or "backward" (decreasing α); each result carries
     ``metadata["sweep"]``.  Default (None): each branch is followed from where it surely exists
     — the semantic branch backward from the largest α (it disappears at small α), the
-    positional and trivial ones forward.  Results are returned branch by branch, sweep by
+    positional and trivial ones forward.  Once a followed branch collapses onto the trivial one
+    (its end), the remaining α of that sweep are returned unsolved (status "diverged",
+    ``metadata["not_continued"]``).  Results are returned branch by branch, sweep by
     sweep, in increasing α.  ``fp_kwargs`` go to :func:`fixed_point` (mixing, tol, nodes,
     method, rule, ...).
     """
