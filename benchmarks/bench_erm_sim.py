@@ -271,25 +271,59 @@ def se_linearisation(h=1e-4):
     return J, lam
 
 
+def _load_runs(path) -> dict:
+    import json
+    import os
+
+    return json.load(open(path)) if os.path.exists(path) else {}
+
+
+def _save_runs(path, db) -> None:
+    from theory._util import atomic_write_text, dumps_json
+
+    atomic_write_text(path, dumps_json(db))
+
+
+def _positional_gamp(d, seed, problem, **kw):
+    """GAMP (effective channel) on ``problem`` from the positional start Q0 = m0 1_d, V0."""
+    from theory.simulate.gamp import run_gamp
+
+    a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
+    return run_gamp(a, om, d, "positional", seed, problem=problem, V0=V0, channel="effective",
+                    Q0=np.full(d, m0), **kw)
+
+
+def _global_prox_runs(path, db, prefix, d_seeds, divergences, keys, *, T, mixing):
+    """T iterations of global-prox GAMP (restarts off) per (d, seed, divergence), stored under
+    ``prefix/div/d/seed`` in ``db`` and written to ``path`` after each run."""
+    from theory.simulate.erm_gd import make_problem
+
+    for d, S in d_seeds:
+        for seed in range(S):
+            pb = None
+            for div in divergences:
+                key = prefix.format(div=div, d=d, seed=seed)
+                if key in db:
+                    continue
+                pb = pb or make_problem(POS["alpha"], POS["omega"], d, seed, n_test=2)
+                t = time.perf_counter()
+                r = _positional_gamp(d, seed, pb, mixing=mixing, max_iter=T, tol=0.0,
+                                     prox_mode="global", divergence=div, restarts=0)
+                db[key] = {k: r.history[k] for k in keys}
+                _save_runs(path, db)
+                print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
+
+
 def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=("fd", "jacobian"),
                     n_pop=200_000, se_rngs=(123, 124)):
     """GAMP (effective channel, global prox, restarts off) from Q0 = m0 1_d on the positional
     side, and its two-time state evolution from the large-d Gram (two SE populations, to see
     the SE's own Monte Carlo error), T iterations at fixed mixing.  Every run is appended to the
     JSON file ``path`` as it finishes (a rerun skips what is there)."""
-    import json
-    import os
-
-    from theory._util import atomic_write_text, dumps_json
-    from theory.simulate.erm_gd import make_problem
-    from theory.simulate.gamp import large_d_gram, run_gamp, state_evolution
+    from theory.simulate.gamp import large_d_gram, state_evolution
 
     keys = ("q", "m", "theta", "V", "Vhat")
-    db = json.load(open(path)) if os.path.exists(path) else {}
-
-    def save():
-        atomic_write_text(path, dumps_json(db))
-
+    db = _load_runs(path)
     a, om, m0, V0, mix = (POS[k] for k in ("alpha", "omega", "m0", "V0", "mixing"))
     for r in se_rngs:
         for div in ("stein", "jacobian"):
@@ -300,23 +334,10 @@ def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=
             h = state_evolution(a, om, T, gram=large_d_gram("positional", m0=m0), V0=V0,
                                 mixing=mix, n_pop=n_pop, rng=r, divergence=div).history
             db[key] = {k: h[k] for k in keys}
-            save()
+            _save_runs(path, db)
             print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
-    for d in ds:
-        for seed in range(seeds):
-            pb = None
-            for div in divergences:
-                key = f"gamp/{div}/{d}/{seed}/{T}"
-                if key in db:
-                    continue
-                pb = pb or make_problem(a, om, d, seed, n_test=2)
-                t = time.perf_counter()
-                r = run_gamp(a, om, d, "positional", seed, problem=pb, mixing=mix, max_iter=T,
-                             tol=0.0, V0=V0, channel="effective", prox_mode="global",
-                             divergence=div, Q0=np.full(d, m0), restarts=0)
-                db[key] = {k: r.history[k] for k in keys}
-                save()
-                print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
+    _global_prox_runs(path, db, "gamp/{div}/{d}/{seed}/" + str(T), [(d, seeds) for d in ds],
+                      divergences, keys, T=T, mixing=mix)
 
 
 def positional_fp_runs(path, ds=(250, 500, 1000, 2000, 4000), seeds=(8, 8, 8, 8, 4), T=150,
@@ -324,32 +345,9 @@ def positional_fp_runs(path, ds=(250, 500, 1000, 2000, 4000), seeds=(8, 8, 8, 8,
     """GAMP (effective channel, global prox, restarts off) from the positional start run to
     its fixed point (mixing 0.25: damped multipliers -0.61 and 0.85 from the SE linearisation,
     0.85^150 ~ 1e-11), appended to the JSON file ``path`` as each run finishes."""
-    import json
-    import os
-
-    from theory._util import atomic_write_text, dumps_json
-    from theory.simulate.erm_gd import make_problem
-    from theory.simulate.gamp import run_gamp
-
-    keys = ("q", "m", "theta", "V", "Vhat", "residual")
-    db = json.load(open(path)) if os.path.exists(path) else {}
-    a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
-    for d, S in zip(ds, seeds):
-        for seed in range(S):
-            pb = None
-            for div in divergences:
-                key = f"fp/{div}/{d}/{seed}/{T}/{mixing}"
-                if key in db:
-                    continue
-                pb = pb or make_problem(a, om, d, seed, n_test=2)
-                t = time.perf_counter()
-                r = run_gamp(a, om, d, "positional", seed, problem=pb, mixing=mixing, max_iter=T,
-                             tol=0.0, V0=V0, channel="effective", prox_mode="global",
-                             divergence=div, Q0=np.full(d, m0), restarts=0)
-                db[key] = {k: r.history[k] for k in keys}
-                atomic_write_text(path, dumps_json(db))
-                print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
-        del pb
+    _global_prox_runs(path, _load_runs(path), f"fp/{{div}}/{{d}}/{{seed}}/{T}/{mixing}",
+                      list(zip(ds, seeds)), divergences,
+                      ("q", "m", "theta", "V", "Vhat", "residual"), T=T, mixing=mixing)
 
 
 def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, tol=1e-7):
@@ -357,29 +355,22 @@ def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, t
     then warm, which converges), effective channel, per-sample Jacobian, restarts on, from the
     positional start Q0 = m0 1_d, V0 = 11; stored under "auto/jacobian/d/seed" in ``path``
     (the same report as :func:`positional_fp_report`)."""
-    import json
-    import os
-
-    from theory._util import atomic_write_text, dumps_json
     from theory.simulate.erm_gd import make_problem
-    from theory.simulate.gamp import run_gamp
 
     keys = ("q", "m", "theta", "V", "Vhat", "residual")
-    db = json.load(open(path)) if os.path.exists(path) else {}
-    a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
+    db = _load_runs(path)
     for d in ds:
         for seed in range(seeds):
             key = f"auto/jacobian/{d}/{seed}"
             if key in db:
                 continue
-            pb = make_problem(a, om, d, seed, n_test=2)
+            pb = make_problem(POS["alpha"], POS["omega"], d, seed, n_test=2)
             t = time.perf_counter()
-            r = run_gamp(a, om, d, "positional", seed, problem=pb, mixing=mixing, tol=tol,
-                         V0=V0, channel="effective", divergence="jacobian", Q0=np.full(d, m0))
+            r = _positional_gamp(d, seed, pb, mixing=mixing, tol=tol, divergence="jacobian")
             db[key] = {k: r.history[k] for k in keys}
             db[key]["status"] = r.status
             db[key]["restarts"] = r.metadata["restarts"]
-            atomic_write_text(path, dumps_json(db))
+            _save_runs(path, db)
             print(f"{key}: {r.status} {r.iterations} it, restarts {r.metadata['restarts']}, "
                   f"{time.perf_counter() - t:.0f} s", flush=True)
 
