@@ -122,6 +122,19 @@ def _escape_steps(f, spec, d, lr, seeds, **kw):
     return np.array(out, dtype=float)
 
 
+def _assert_same_escape_law(name, spec, d, lr, n, **kw):
+    """Escape steps of n full-d SGD runs and n reduced-chain runs (other seeds) have the same
+    law: two-sample KS p > 1e-3 (a correct chain fails with probability 0.1 %) and means within
+    4 combined standard errors."""
+    full = _escape_steps(simulate_sgd, spec, d, lr, range(n), **kw)
+    red = _escape_steps(simulate_reduced, spec, d, lr, range(1000, 1000 + n), **kw)
+    assert np.all(np.isfinite(full)) and np.all(np.isfinite(red))
+    p = stats.ks_2samp(full, red).pvalue
+    assert p > 1e-3, (name, p, full.mean(), red.mean())
+    se = math.hypot(full.std(ddof=1) / math.sqrt(n), red.std(ddof=1) / math.sqrt(n))
+    assert abs(full.mean() - red.mean()) < 4 * se, (name, full.mean(), red.mean(), se)
+
+
 @pytest.mark.parametrize("name,spec,d,lr,kw", [
     ("tied SIE-2 product target, random start",
      SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square"), 12, 0.3,
@@ -141,15 +154,7 @@ def test_escape_step_distribution_full_vs_reduced(name, spec, d, lr, kw, fast, m
 
     monkeypatch.setattr(sgd_mod, "FAST_MIN_D", 0 if fast else 10**9)
     n = 120
-    full = _escape_steps(simulate_sgd, spec, d, lr, range(n), **kw)
-    red = _escape_steps(simulate_reduced, spec, d, lr, range(1000, 1000 + n), **kw)
-    assert np.all(np.isfinite(full)) and np.all(np.isfinite(red))
-    # two-sample KS, p > 1e-3 (a correct chain fails with probability 0.1%)
-    p = stats.ks_2samp(full, red).pvalue
-    assert p > 1e-3, (name, p, full.mean(), red.mean())
-    # means agree within 4 combined standard errors
-    se = math.hypot(full.std(ddof=1) / math.sqrt(n), red.std(ddof=1) / math.sqrt(n))
-    assert abs(full.mean() - red.mean()) < 4 * se, (name, full.mean(), red.mean(), se)
+    _assert_same_escape_law(name, spec, d, lr, n, **kw)
 
 
 def test_reduced_cost_does_not_grow_with_d():
@@ -178,11 +183,4 @@ def test_escape_step_distribution_full_vs_reduced_d64(name, spec, lr, kw):
 
     d, n = 64, 120
     assert d >= sgd_mod.FAST_MIN_D
-    full = _escape_steps(simulate_sgd, spec, d, lr, range(n), **kw)
-    red = _escape_steps(simulate_reduced, spec, d, lr, range(1000, 1000 + n), **kw)
-    assert np.all(np.isfinite(full)) and np.all(np.isfinite(red))
-    # two-sample KS p > 1e-3 and means within 4 combined standard errors (as above)
-    p = stats.ks_2samp(full, red).pvalue
-    assert p > 1e-3, (name, p, full.mean(), red.mean())
-    se = math.hypot(full.std(ddof=1) / math.sqrt(n), red.std(ddof=1) / math.sqrt(n))
-    assert abs(full.mean() - red.mean()) < 4 * se, (name, full.mean(), red.mean(), se)
+    _assert_same_escape_law(name, spec, d, lr, n, **kw)
