@@ -4,6 +4,7 @@
     python benchmarks/bench_erm.py --curve    # + a 20-point curve of both branches
     python benchmarks/bench_erm.py --alpha-c  # + alpha_c(omega) for 9 omegas
     python benchmarks/bench_erm.py --convergence  # + fixed points under finer rules
+    python benchmarks/bench_erm.py --solver   # + why warm starts skip the cheap fixed point
 
 1. Ratio on the same state-equation map evaluation (ω = 0.3, α = 2, positional fixed point,
    the same tensor Gauss-Hermite nodes): the straightforward baseline a researcher would write —
@@ -15,6 +16,10 @@
    rule), a 20-point curve of both branches (continuation) and α_c(ω), α_l(ω) for 9 ω.
 3. ``--convergence``: the fixed points at α = 2 and 1.25 under the default rule, a finer
    trapezoid rule, the finest one, and the old Gauss-Hermite default (relative differences).
+4. ``--solver``: the cheap rule's fixed point against the accurate one along the positional
+   branch (its error oscillates with α), the contraction factor ||J_c^-1 (J - J_c)|| of
+   quasi-Newton on the accurate map with the cheap map's Jacobian (both by finite differences)
+   at α = 2, and the cheap / accurate map counts of the 20-point curve.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ def main():
     ap.add_argument("--curve", action="store_true")
     ap.add_argument("--alpha-c", action="store_true")
     ap.add_argument("--convergence", action="store_true")
+    ap.add_argument("--solver", action="store_true")
     ap.add_argument("--subset", type=int, default=400, help="baseline nodes (default 400)")
     args = ap.parse_args()
     from theory.models import _ps_kernels as K
@@ -141,7 +147,61 @@ def main():
                            for k in keys if getattr(ref, k) != 0]
                     print(f"   {name:28s} max rel. diff {max(rel):.1e}  " + " ".join(
                         f"{k}={getattr(r, k):.8g}" for k in keys))
+    if args.solver:
+        solver_study(ps, p)
     print(f"# load average at end: {os.getloadavg()}")
+
+
+def _fd_jacobian(ps, p, rule, keys, x0, alpha=2.0, h=1e-4):
+    """Jacobian of G(x) = (F(x) - x) / x0 (the state-equation map at α on ``rule``, variables
+    ``keys``) by forward differences with relative step h."""
+
+    def G(x):
+        o = dict(dict(m=0.0, theta=0.0), q=x[0], V=x[1], **{keys[2]: x[2]})
+        ch = ps.channel(o["q"], o["m"], o["theta"], o["V"], p, rule)
+        hats = ps.hats_from_channel(alpha, o["q"], o["m"], o["theta"], o["V"], ch, p)
+        new = ps.overlaps_from_hats(hats["qhat"], hats["mhat"], hats["thetahat"], hats["Vhat"],
+                                    p)
+        return (np.array([abs(new[k]) for k in keys]) - x) / x0
+
+    g0 = G(x0)
+    cols = []
+    for j in range(len(x0)):
+        x = x0.copy()
+        x[j] *= 1 + h
+        cols.append((G(x) - g0) / h)
+    return np.array(cols).T
+
+
+def solver_study(ps, p):
+    """Item 4 of the module docstring."""
+    acc, cheap = ps.make_rule(), ps.coarse_rule()
+    print("cheap-rule fixed point minus accurate one, relative (positional branch, tol 1e-8):")
+    for a in np.linspace(1.6, 2.4, 5):
+        ra, rc = (ps.fixed_point(a, p, "positional", rule=rl, coarse=False, tol=1e-8)
+                  for rl in (acc, cheap))
+        print(f"  α={a:.1f}: q {rc.q / ra.q - 1:+.1e}  m {rc.m / ra.m - 1:+.1e}  "
+              f"V {rc.V / ra.V - 1:+.1e}")
+    for b, keys in (("positional", ("q", "V", "m")), ("semantic", ("q", "V", "theta"))):
+        r = ps.fixed_point(2.0, p, b, tol=1e-8)
+        x0 = np.array([getattr(r, k) for k in keys])
+        Ja, Jc = (_fd_jacobian(ps, p, rl, keys, x0) for rl in (acc, cheap))
+        kappa = max(abs(np.linalg.eigvals(np.linalg.solve(Jc, Ja - Jc))))
+        print(f"contraction factor at the {b} fixed point, α = 2: {kappa:.4f}")
+    counts = {}
+    orig = ps.channel
+
+    def counting(q, m, th, V, pp, rule, **kw):
+        key = "accurate" if rule.n_points == acc.n_points else "cheap"
+        counts[key] = counts.get(key, 0) + 1
+        return orig(q, m, th, V, pp, rule, **kw)
+
+    ps.channel = counting
+    try:
+        ps.curve(np.linspace(0.5, 4.0, 20), p)
+    finally:
+        ps.channel = orig
+    print(f"20-point curve map evaluations: {counts}")
 
 
 if __name__ == "__main__":
