@@ -46,8 +46,10 @@ def baseline_map(nodes, weights, q, m, theta, V, p, alpha):
     for (x1, x2, e1, e2), wt in zip(nodes, weights):
         w = np.array([sq * x1 + m, sq * x2 - m])
         h = np.array([a * x1 + c * e1, a * x2 + c * e2])
-        t = ((1 - p.omega) / (1 + math.exp(-h[0] * (h[0] - h[1]))) + p.omega * A[0, 0],
-             (1 - p.omega) / (1 + math.exp(-h[1] * (h[1] - h[0]))) + p.omega * A[1, 1])
+        t = (
+            (1 - p.omega) / (1 + math.exp(-h[0] * (h[0] - h[1]))) + p.omega * A[0, 0],
+            (1 - p.omega) / (1 + math.exp(-h[1] * (h[1] - h[0]))) + p.omega * A[1, 1],
+        )
 
         def f(x, w=w, t=t):
             aa = 1 / (1 + math.exp(-x[0] * (x[0] - x[1])))
@@ -98,8 +100,12 @@ def main():
     print(f"  scipy per node     : {t_bl:.1f} s (extrapolated from {len(idx)} nodes)")
     print(f"  ratio              : {t_bl / t_nb:.0f}x")
     # sanity: the two give the same hats on the subset (same starts, same global minimum)
-    sub = ps.Rule("gh", 0, np.ascontiguousarray(rule.nodes[idx[:50]]),
-                  np.ascontiguousarray(rule.weights[idx[:50]]))
+    sub = ps.Rule(
+        "gh",
+        0,
+        np.ascontiguousarray(rule.nodes[idx[:50]]),
+        np.ascontiguousarray(rule.weights[idx[:50]]),
+    )
     chs = ps.channel(q, m, 0.0, V, p, sub)
     blq, blm, blV = baseline_map(sub.nodes, sub.weights, q, m, 0.0, V, p, alpha)
     w = sub.weights.sum()
@@ -113,40 +119,55 @@ def main():
 
     for b in ("positional", "semantic"):
         r, dt, cpu = timed(lambda b=b: ps.fixed_point(2.0, p, b))
-        print(f"fixed point {b:10s} α=2 ω=0.3 (split {ps.SPLIT_DEFAULT}): {dt:.2f} s wall "
-              f"({cpu:.2f} s cpu), {r.iterations} map evaluations, status {r.status}, "
-              f"q={r.q:.7f} m={r.m:.7f} θ={r.theta:.7f} V={r.V:.6f} ε_t={r.eps_t:.8f} "
-              f"ε_g={r.eps_g:.8f}")
+        print(
+            f"fixed point {b:10s} α=2 ω=0.3 (split {ps.SPLIT_DEFAULT}): {dt:.2f} s wall "
+            f"({cpu:.2f} s cpu), {r.iterations} map evaluations, status {r.status}, "
+            f"q={r.q:.7f} m={r.m:.7f} θ={r.theta:.7f} V={r.V:.6f} ε_t={r.eps_t:.8f} "
+            f"ε_g={r.eps_g:.8f}"
+        )
     if args.curve:
-        res, dt, cpu = timed(lambda: ps.curve(np.linspace(0.5, 4.0, 20), p,
-                                              ("semantic", "positional")))
+        res, dt, cpu = timed(
+            lambda: ps.curve(np.linspace(0.5, 4.0, 20), p, ("semantic", "positional"))
+        )
         ok = sum(r.converged for r in res)
-        print(f"20-point curve (α 0.5..4), both branches: {dt:.1f} s wall ({cpu:.1f} s cpu), "
-              f"{ok}/{len(res)} converged (the semantic branch does not exist at the smallest α)")
+        print(
+            f"20-point curve (α 0.5..4), both branches: {dt:.1f} s wall ({cpu:.1f} s cpu), "
+            f"{ok}/{len(res)} converged (the semantic branch does not exist at the smallest α)"
+        )
     if args.alpha_c:
         rows, dt, cpu = timed(lambda: ps.phase_diagram(np.linspace(0.1, 0.5, 9), p))
         print(f"alpha_c(omega), alpha_l(omega) for 9 omegas: {dt:.1f} s wall ({cpu:.1f} s cpu)")
         for r in rows:
-            print(f"  ω={r['omega']:.2f} α_c={r['alpha_c']:.5f} α_l={r['alpha_l']:.5f} "
-                  f"({r['alpha_l_branch']}) {r['status']}")
+            print(
+                f"  ω={r['omega']:.2f} α_c={r['alpha_c']:.5f} α_l={r['alpha_l']:.5f} "
+                f"({r['alpha_l_branch']}) {r['status']}"
+            )
     if args.convergence:
-        rules = [("default", ps.make_rule()),
-                 ("trap h=0.45, 20/24/4", ps.make_rule("split", h=0.45, n_r=20, n_phi=24)),
-                 ("trap h=0.35, 24/32/6", ps.make_rule("split", h=0.35, n_r=24, n_phi=32,
-                                                       n_arc=6)),
-                 ("old default: GH 10, 16/24/4", ps.make_rule("split", 10, n_r=16, n_phi=24))]
+        rules = [
+            ("default", ps.make_rule()),
+            ("trap h=0.45, 20/24/4", ps.make_rule("split", h=0.45, n_r=20, n_phi=24)),
+            ("trap h=0.35, 24/32/6", ps.make_rule("split", h=0.35, n_r=24, n_phi=32, n_arc=6)),
+            ("old default: GH 10, 16/24/4", ps.make_rule("split", 10, n_r=16, n_phi=24)),
+        ]
         keys = ("q", "m", "theta", "V", "eps_t", "eps_g")
         for a in (2.0, 1.25):
             for b in ("positional", "semantic"):
                 res = {name: ps.fixed_point(a, p, b, rule=rl, tol=1e-8) for name, rl in rules}
                 ref = res["trap h=0.35, 24/32/6"]
-                print(f"α={a} {b}: reference (finest) " + " ".join(
-                    f"{k}={getattr(ref, k):.8g}" for k in keys))
+                print(
+                    f"α={a} {b}: reference (finest) "
+                    + " ".join(f"{k}={getattr(ref, k):.8g}" for k in keys)
+                )
                 for name, r in res.items():
-                    rel = [abs(getattr(r, k) - getattr(ref, k)) / max(abs(getattr(ref, k)), 1e-30)
-                           for k in keys if getattr(ref, k) != 0]
-                    print(f"   {name:28s} max rel. diff {max(rel):.1e}  " + " ".join(
-                        f"{k}={getattr(r, k):.8g}" for k in keys))
+                    rel = [
+                        abs(getattr(r, k) - getattr(ref, k)) / max(abs(getattr(ref, k)), 1e-30)
+                        for k in keys
+                        if getattr(ref, k) != 0
+                    ]
+                    print(
+                        f"   {name:28s} max rel. diff {max(rel):.1e}  "
+                        + " ".join(f"{k}={getattr(r, k):.8g}" for k in keys)
+                    )
     if args.solver:
         solver_study(ps, p)
     print(f"# load average at end: {os.getloadavg()}")
@@ -160,8 +181,7 @@ def _fd_jacobian(ps, p, rule, keys, x0, alpha=2.0, h=1e-4):
         o = dict(dict(m=0.0, theta=0.0), q=x[0], V=x[1], **{keys[2]: x[2]})
         ch = ps.channel(o["q"], o["m"], o["theta"], o["V"], p, rule)
         hats = ps.hats_from_channel(alpha, o["q"], o["m"], o["theta"], o["V"], ch, p)
-        new = ps.overlaps_from_hats(hats["qhat"], hats["mhat"], hats["thetahat"], hats["Vhat"],
-                                    p)
+        new = ps.overlaps_from_hats(hats["qhat"], hats["mhat"], hats["thetahat"], hats["Vhat"], p)
         return (np.array([abs(new[k]) for k in keys]) - x) / x0
 
     g0 = G(x0)
@@ -178,10 +198,14 @@ def solver_study(ps, p):
     acc, cheap = ps.make_rule(), ps.coarse_rule()
     print("cheap-rule fixed point minus accurate one, relative (positional branch, tol 1e-8):")
     for a in np.linspace(1.6, 2.4, 5):
-        ra, rc = (ps.fixed_point(a, p, "positional", rule=rl, coarse=False, tol=1e-8)
-                  for rl in (acc, cheap))
-        print(f"  α={a:.1f}: q {rc.q / ra.q - 1:+.1e}  m {rc.m / ra.m - 1:+.1e}  "
-              f"V {rc.V / ra.V - 1:+.1e}")
+        ra, rc = (
+            ps.fixed_point(a, p, "positional", rule=rl, coarse=False, tol=1e-8)
+            for rl in (acc, cheap)
+        )
+        print(
+            f"  α={a:.1f}: q {rc.q / ra.q - 1:+.1e}  m {rc.m / ra.m - 1:+.1e}  "
+            f"V {rc.V / ra.V - 1:+.1e}"
+        )
     for b, keys in (("positional", ("q", "V", "m")), ("semantic", ("q", "V", "theta"))):
         r = ps.fixed_point(2.0, p, b, tol=1e-8)
         x0 = np.array([getattr(r, k) for k in keys])

@@ -46,8 +46,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, default=1000)
     ap.add_argument("--alpha", type=float, default=2.0)
-    ap.add_argument("--tracking", action="store_true",
-                    help="also the GAMP-vs-state-evolution d-scaling (several minutes)")
+    ap.add_argument(
+        "--tracking",
+        action="store_true",
+        help="also the GAMP-vs-state-evolution d-scaling (several minutes)",
+    )
     args = ap.parse_args(argv)
     from theory.simulate.erm_gd import make_problem, risk, simulate_gd
     from theory.simulate.gamp import _phi, prox, run_gamp
@@ -61,24 +64,32 @@ def main(argv=None):
     assert abs(L1 - L2) < 1e-9 * abs(L1) and np.abs(g1 - g2).max() < 1e-9 * np.abs(g1).max()
     t_ours = best_of(lambda: risk(Q, pb.train, 0.01))
     t_naive = best_of(lambda: naive_risk_grad(Q, pb.train.X, pb.train.Y, 0.01), reps=3)
-    print(f"risk+gradient, d={d}, n={n}: ours {t_ours * 1e3:.2f} ms, naive full-token "
-          f"{t_naive * 1e3:.2f} ms, ratio {t_naive / t_ours:.1f}x (same value to 1e-9)")
+    print(
+        f"risk+gradient, d={d}, n={n}: ours {t_ours * 1e3:.2f} ms, naive full-token "
+        f"{t_naive * 1e3:.2f} ms, ratio {t_naive / t_ours:.1f}x (same value to 1e-9)"
+    )
     # minimisers, same risk, same start, stop at RMS gradient 1e-7 (or max_iter)
     for init in ("semantic", "positional"):
         for method, steps in (("nesterov", 3000), ("bb", 3000), ("lbfgs", 3000), ("gd", 3000)):
             t = time.perf_counter()
-            r = simulate_gd(alpha, 0.3, d, init, 0, method=method, steps=steps, tol=1e-7,
-                            problem=pb)
-            print(f"{init:>10} {method:>8}: {time.perf_counter() - t:6.2f} s  {r.status:>9} "
-                  f"{r.iterations:5d} it  RMS grad {r.grad_rms:.1e}  eps_t {r.eps_t:.8f}  "
-                  f"m {r.m:.5f} theta/s2 {r.theta_over_sigma2:.5f}  (incl. eps_g on 1e4 test "
-                  f"samples)", flush=True)
+            r = simulate_gd(
+                alpha, 0.3, d, init, 0, method=method, steps=steps, tol=1e-7, problem=pb
+            )
+            print(
+                f"{init:>10} {method:>8}: {time.perf_counter() - t:6.2f} s  {r.status:>9} "
+                f"{r.iterations:5d} it  RMS grad {r.grad_rms:.1e}  eps_t {r.eps_t:.8f}  "
+                f"m {r.m:.5f} theta/s2 {r.theta_over_sigma2:.5f}  (incl. eps_g on 1e4 test "
+                f"samples)",
+                flush=True,
+            )
     t = time.perf_counter()
     r = run_gamp(alpha, 0.3, d, "semantic", 0, problem=pb, mixing=0.5, V0=10.0, tol=1e-7)
     dt = time.perf_counter() - t
-    print(f"GAMP (exact channel): {dt:.2f} s, {r.iterations} iterations "
-          f"({dt / max(r.iterations, 1) * 1e3:.0f} ms/iteration), {r.status}, "
-          f"eps_t {r.eps_t:.6f}")
+    print(
+        f"GAMP (exact channel): {dt:.2f} s, {r.iterations} iterations "
+        f"({dt / max(r.iterations, 1) * 1e3:.0f} ms/iteration), {r.status}, "
+        f"eps_t {r.eps_t:.6f}"
+    )
     # prox vs scipy per sample
     from scipy.optimize import minimize
 
@@ -94,24 +105,28 @@ def main(argv=None):
     def scipy_all():
         out = np.empty(m)
         for i in range(m):
-            f = lambda x, i=i: ((x - w[i]) ** 2).sum() / (2 * V[i]) + _phi(
-                x[None], kap[i], a[i], b[i])[0]
+            f = lambda x, i=i: (
+                ((x - w[i]) ** 2).sum() / (2 * V[i]) + _phi(x[None], kap[i], a[i], b[i])[0]
+            )
             out[i] = min(minimize(f, x0, method="BFGS").fun for x0 in (w[i], np.zeros(2)))
         return out
 
     t = time.perf_counter()
     ref = scipy_all()
     t_s = time.perf_counter() - t
-    print(f"prox of {m} samples: ours {t_p * 1e3:.1f} ms, scipy BFGS loop (2 starts) "
-          f"{t_s * 1e3:.0f} ms, ratio {t_s / t_p:.0f}x; ours lower or equal on "
-          f"{np.mean(ours.value <= ref + 1e-10) * 100:.1f} % of samples")
+    print(
+        f"prox of {m} samples: ours {t_p * 1e3:.1f} ms, scipy BFGS loop (2 starts) "
+        f"{t_s * 1e3:.0f} ms, ratio {t_s / t_p:.0f}x; ours lower or equal on "
+        f"{np.mean(ours.value <= ref + 1e-10) * 100:.1f} % of samples"
+    )
     bench_state_evolution()
     if args.tracking:
         tracking_table("semantic", "jacobian", (250, 1000, 2000, 4000), 12)
         for mixing, T in ((0.3, 30), (0.15, 40)):
             for div in ("stein", "jacobian"):
-                tracking_table("positional", div, (500, 1000, 2000), 4, m0=0.26, V0=11.0,
-                               mixing=mixing, T=T)
+                tracking_table(
+                    "positional", div, (500, 1000, 2000), 4, m0=0.26, V0=11.0, mixing=mixing, T=T
+                )
 
 
 def bench_state_evolution():
@@ -120,39 +135,73 @@ def bench_state_evolution():
     t = time.perf_counter()
     state_evolution(2.0, 0.3, 10, gram=large_d_gram("semantic"), n_pop=100_000)
     dt = time.perf_counter() - t
-    print(f"two-time state evolution, n_pop = 1e5, 10 iterations: {dt:.1f} s "
-          f"({dt / 10:.2f} s/iteration)")
+    print(
+        f"two-time state evolution, n_pop = 1e5, 10 iterations: {dt:.1f} s "
+        f"({dt / 10:.2f} s/iteration)"
+    )
 
 
-def tracking_table(init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=200_000,
-                   mixing=0.3):
+def tracking_table(
+    init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=200_000, mixing=0.3
+):
     """RMS over seeds of GAMP - SE per iteration; print the worst iteration per d."""
     from theory.simulate.erm_gd import make_problem
     from theory.simulate.gamp import large_d_gram, run_gamp, state_evolution
 
     t = time.perf_counter()
-    se = state_evolution(2.0, 0.3, T, gram=large_d_gram(init, m0=m0), V0=V0, mixing=mixing,
-                         n_pop=n_pop, rng=123, divergence=divergence).history
+    se = state_evolution(
+        2.0,
+        0.3,
+        T,
+        gram=large_d_gram(init, m0=m0),
+        V0=V0,
+        mixing=mixing,
+        n_pop=n_pop,
+        rng=123,
+        divergence=divergence,
+    ).history
     dt = time.perf_counter() - t
-    print(f"\n{init} start (m0={m0 if init == 'positional' else '-'}, V0={V0}), divergence="
-          f"{divergence}, mixing {mixing}, {T} iterations, SE n_pop {n_pop} ({dt:.0f} s); "
-          f"SE end q {se['q'][-1]:.5f} m {se['m'][-1]:.5f} theta {se['theta'][-1]:.5f} "
-          f"V {se['V'][-1]:.4f}")
-    print(f"{'d':>6} {'seeds':>5}  max_t RMS|GAMP-SE|: {'q':>8} {'m':>8} {'theta':>8} "
-          f"{'V (rel)':>8}   x sqrt(d): q, m, theta, V")
+    print(
+        f"\n{init} start (m0={m0 if init == 'positional' else '-'}, V0={V0}), divergence="
+        f"{divergence}, mixing {mixing}, {T} iterations, SE n_pop {n_pop} ({dt:.0f} s); "
+        f"SE end q {se['q'][-1]:.5f} m {se['m'][-1]:.5f} theta {se['theta'][-1]:.5f} "
+        f"V {se['V'][-1]:.4f}"
+    )
+    print(
+        f"{'d':>6} {'seeds':>5}  max_t RMS|GAMP-SE|: {'q':>8} {'m':>8} {'theta':>8} "
+        f"{'V (rel)':>8}   x sqrt(d): q, m, theta, V"
+    )
     for d in ds:
         dev = []
         for seed in range(seeds):
             pb = make_problem(2.0, 0.3, d, seed, n_test=2)
             Q0 = np.full(d, m0) if init == "positional" else None
-            h = run_gamp(2.0, 0.3, d, init, seed, problem=pb, mixing=mixing, max_iter=T, tol=0.0,
-                         V0=V0, channel="effective", prox_mode="global", divergence=divergence,
-                         Q0=Q0, restarts=0).history
-            dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
-                        h["V"] / se["V"] - 1])
+            h = run_gamp(
+                2.0,
+                0.3,
+                d,
+                init,
+                seed,
+                problem=pb,
+                mixing=mixing,
+                max_iter=T,
+                tol=0.0,
+                V0=V0,
+                channel="effective",
+                prox_mode="global",
+                divergence=divergence,
+                Q0=Q0,
+                restarts=0,
+            ).history
+            dev.append(
+                [h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"], h["V"] / se["V"] - 1]
+            )
         rms = np.sqrt((np.array(dev)[:, :, 1:] ** 2).mean(0)).max(1)
-        print(f"{d:6d} {seeds:5d}  {'':20} {rms[0]:8.5f} {rms[1]:8.5f} {rms[2]:8.5f} "
-              f"{rms[3]:8.5f}   " + " ".join(f"{v * np.sqrt(d):.3f}" for v in rms), flush=True)
+        print(
+            f"{d:6d} {seeds:5d}  {'':20} {rms[0]:8.5f} {rms[1]:8.5f} {rms[2]:8.5f} "
+            f"{rms[3]:8.5f}   " + " ".join(f"{v * np.sqrt(d):.3f}" for v in rms),
+            flush=True,
+        )
 
 
 # ------------------------------------------------------------------ positional branch, issue 3
@@ -160,8 +209,9 @@ def tracking_table(init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=
 POS = dict(alpha=2.0, omega=0.3, m0=0.26, V0=11.0, mixing=0.15)
 
 
-def divergence_table(n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.1, 0.2, 0.3, 0.4),
-                     reps=6):
+def divergence_table(
+    n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.1, 0.2, 0.3, 0.4), reps=6
+):
     """V-hat estimators against the replica value at the positional fixed point (alpha = 2,
     omega = 0.3): a synthetic population of the large-d channel (w = s m + sqrt(q) xi, h* =
     sigma eta, theta = 0 on this branch).  Bias from one population of n_big, relative error
@@ -174,9 +224,11 @@ def divergence_table(n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.
     fp = ps.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
     q, m, V, alpha = fp.q, fp.m, fp.V, POS["alpha"]
     vh, vj = fp.Vhat, fp.metadata["Vhat_jac"]
-    print(f"\nreplica positional fixed point ({time.perf_counter() - t:.0f} s): q {q:.6f} m "
-          f"{m:.6f} V {V:.4f}; Vhat (Stein form, jumps included) {vh:.6f}, mean per-sample "
-          f"Jacobian {vj:.6f} ({vj / vh - 1:+.2%}): jump part {vh - vj:.6f}")
+    print(
+        f"\nreplica positional fixed point ({time.perf_counter() - t:.0f} s): q {q:.6f} m "
+        f"{m:.6f} V {V:.4f}; Vhat (Stein form, jumps included) {vh:.6f}, mean per-sample "
+        f"Jacobian {vj:.6f} ({vj / vh - 1:+.2%}): jump part {vh - vj:.6f}"
+    )
 
     def population(n, rng):
         w = np.sqrt(q) * rng.standard_normal((n, 2)) + np.array([1.0, -1.0]) * m
@@ -189,8 +241,9 @@ def divergence_table(n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.
         px = prox(w, V, k, a, b)
         jac = (np.trace(px.jac, axis1=1, axis2=2) - 2) / V
         g = (px.x - w) / V
-        st, _ = stein_hats(w - np.array([1.0, -1.0]) * m, hs, g, q, 0.0, p.rho, alpha,
-                           -alpha * jac.mean())
+        st, _ = stein_hats(
+            w - np.array([1.0, -1.0]) * m, hs, g, q, 0.0, p.rho, alpha, -alpha * jac.mean()
+        )
         out = dict(jacobian=-alpha * jac, stein=st)
         for dl in deltas:
             out[dl] = -alpha * fd_divergence(w, V, k, a, b, dl, px=px)[0]
@@ -198,19 +251,32 @@ def divergence_table(n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.
 
     t = time.perf_counter()
     e, jac = estimates(n_big, np.random.default_rng(1), deltas)
-    print(f"bias, one population of {n_big} ({time.perf_counter() - t:.0f} s): jacobian "
-          f"{e['jacobian'].mean() / vh - 1:+.4f} rel., stein {e['stein'] / vh - 1:+.4f}")
-    print(f"{'delta':>6} {'Vhat_fd/Vhat - 1':>18} {'(jump part: fd - jac)/(replica jump) - 1':>42}"
-          f" {'s.e.':>7}  per-sample sd of fd-jac")
+    print(
+        f"bias, one population of {n_big} ({time.perf_counter() - t:.0f} s): jacobian "
+        f"{e['jacobian'].mean() / vh - 1:+.4f} rel., stein {e['stein'] / vh - 1:+.4f}"
+    )
+    print(
+        f"{'delta':>6} {'Vhat_fd/Vhat - 1':>18} {'(jump part: fd - jac)/(replica jump) - 1':>42}"
+        f" {'s.e.':>7}  per-sample sd of fd-jac"
+    )
     for dl in deltas:
         j = e[dl] + alpha * jac
-        print(f"{dl:6.3f} {e[dl].mean() / vh - 1:+18.4f} {j.mean() / (vh - vj) - 1:+42.3f} "
-              f"{j.std() / np.sqrt(n_big) / abs(vh - vj):7.3f}  {j.std():.4f}", flush=True)
-    print(f"\nrelative error of Vhat at sample size n, RMS over {reps} populations (seeds "
-          f"10..), against the replica Vhat; 'jacobian' is biased by {vj / vh - 1:+.2%}")
-    print(f"{'n':>6} {'jacobian':>9} {'stein':>9} " + " ".join(f"fd {dl:<5}" for dl in deltas)
-          + "  fd default")
+        print(
+            f"{dl:6.3f} {e[dl].mean() / vh - 1:+18.4f} {j.mean() / (vh - vj) - 1:+42.3f} "
+            f"{j.std() / np.sqrt(n_big) / abs(vh - vj):7.3f}  {j.std():.4f}",
+            flush=True,
+        )
+    print(
+        f"\nrelative error of Vhat at sample size n, RMS over {reps} populations (seeds "
+        f"10..), against the replica Vhat; 'jacobian' is biased by {vj / vh - 1:+.2%}"
+    )
+    print(
+        f"{'n':>6} {'jacobian':>9} {'stein':>9} "
+        + " ".join(f"fd {dl:<5}" for dl in deltas)
+        + "  fd default"
+    )
     from theory.simulate.gamp import default_fd_delta
+
     for n in ns:
         errs = {key: [] for key in ["jacobian", "stein", *deltas, "default"]}
         for r in range(reps):
@@ -220,9 +286,12 @@ def divergence_table(n_big=300_000, ns=(500, 1000, 2000, 4000), deltas=(0.05, 0.
                 errs[key].append(np.mean(e[key]) / vh - 1)
             errs["default"].append(np.mean(e[dd]) / vh - 1)
         rms = {key: np.sqrt(np.mean(np.square(v))) for key, v in errs.items()}
-        print(f"{n:6d} {rms['jacobian']:9.4f} {rms['stein']:9.4f} "
-              + " ".join(f"{rms[dl]:8.4f}" for dl in deltas)
-              + f"  {rms['default']:.4f} (delta {default_fd_delta(n):.3f})", flush=True)
+        print(
+            f"{n:6d} {rms['jacobian']:9.4f} {rms['stein']:9.4f} "
+            + " ".join(f"{rms[dl]:8.4f}" for dl in deltas)
+            + f"  {rms['default']:.4f} (delta {default_fd_delta(n):.3f})",
+            flush=True,
+        )
 
 
 def se_linearisation(h=1e-4):
@@ -243,8 +312,10 @@ def se_linearisation(h=1e-4):
         return np.array([out[k][1] for k in names])
 
     f0 = F(x0)
-    print(f"\nundamped replica map at the positional fixed point: |F(x*) - x*| = "
-          f"{np.abs(f0 - np.array([x0[k] for k in names])).max():.1e}")
+    print(
+        f"\nundamped replica map at the positional fixed point: |F(x*) - x*| = "
+        f"{np.abs(f0 - np.array([x0[k] for k in names])).max():.1e}"
+    )
     J = np.zeros((4, 4))
     for j, k in enumerate(names):
         step = h * max(abs(x0[k]), 1.0 if k == "theta" else 1e-3)
@@ -263,11 +334,15 @@ def se_linearisation(h=1e-4):
     print("eigenvalues of the undamped map:", np.array2string(np.sort_complex(lam), precision=4))
     for mu in (0.15, 0.2, 0.3):
         lm = 1 - mu * (1 - lam)
-        print(f"damped map, mixing {mu}: multipliers "
-              f"{np.array2string(np.sort_complex(lm), precision=4)}; slowest 1/(1 - |lambda|) = "
-              f"{1 / (1 - np.abs(lm).max()):.1f} iterations")
-    print(f"fixed point (mixing-independent): 1/(1 - lambda) = "
-          f"{np.array2string(1 / (1 - np.sort_complex(lam)), precision=3)}")
+        print(
+            f"damped map, mixing {mu}: multipliers "
+            f"{np.array2string(np.sort_complex(lm), precision=4)}; slowest 1/(1 - |lambda|) = "
+            f"{1 / (1 - np.abs(lm).max()):.1f} iterations"
+        )
+    print(
+        f"fixed point (mixing-independent): 1/(1 - lambda) = "
+        f"{np.array2string(1 / (1 - np.sort_complex(lam)), precision=3)}"
+    )
     return J, lam
 
 
@@ -289,8 +364,18 @@ def _positional_gamp(d, seed, problem, **kw):
     from theory.simulate.gamp import run_gamp
 
     a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
-    return run_gamp(a, om, d, "positional", seed, problem=problem, V0=V0, channel="effective",
-                    Q0=np.full(d, m0), **kw)
+    return run_gamp(
+        a,
+        om,
+        d,
+        "positional",
+        seed,
+        problem=problem,
+        V0=V0,
+        channel="effective",
+        Q0=np.full(d, m0),
+        **kw,
+    )
 
 
 def _global_prox_runs(path, db, prefix, d_seeds, divergences, keys, *, T, mixing):
@@ -307,15 +392,31 @@ def _global_prox_runs(path, db, prefix, d_seeds, divergences, keys, *, T, mixing
                     continue
                 pb = pb or make_problem(POS["alpha"], POS["omega"], d, seed, n_test=2)
                 t = time.perf_counter()
-                r = _positional_gamp(d, seed, pb, mixing=mixing, max_iter=T, tol=0.0,
-                                     prox_mode="global", divergence=div, restarts=0)
+                r = _positional_gamp(
+                    d,
+                    seed,
+                    pb,
+                    mixing=mixing,
+                    max_iter=T,
+                    tol=0.0,
+                    prox_mode="global",
+                    divergence=div,
+                    restarts=0,
+                )
                 db[key] = {k: r.history[k] for k in keys}
                 _save_runs(path, db)
                 print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
 
 
-def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=("fd", "jacobian"),
-                    n_pop=200_000, se_rngs=(123, 124)):
+def positional_runs(
+    path,
+    ds=(250, 500, 1000, 2000),
+    seeds=8,
+    T=60,
+    divergences=("fd", "jacobian"),
+    n_pop=200_000,
+    se_rngs=(123, 124),
+):
     """GAMP (effective channel, global prox, restarts off) from Q0 = m0 1_d on the positional
     side, and its two-time state evolution from the large-d Gram (two SE populations, to see
     the SE's own Monte Carlo error), T iterations at fixed mixing.  Every run is appended to the
@@ -331,23 +432,53 @@ def positional_runs(path, ds=(250, 500, 1000, 2000), seeds=8, T=60, divergences=
             if key in db:
                 continue
             t = time.perf_counter()
-            h = state_evolution(a, om, T, gram=large_d_gram("positional", m0=m0), V0=V0,
-                                mixing=mix, n_pop=n_pop, rng=r, divergence=div).history
+            h = state_evolution(
+                a,
+                om,
+                T,
+                gram=large_d_gram("positional", m0=m0),
+                V0=V0,
+                mixing=mix,
+                n_pop=n_pop,
+                rng=r,
+                divergence=div,
+            ).history
             db[key] = {k: h[k] for k in keys}
             _save_runs(path, db)
             print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
-    _global_prox_runs(path, db, "gamp/{div}/{d}/{seed}/" + str(T), [(d, seeds) for d in ds],
-                      divergences, keys, T=T, mixing=mix)
+    _global_prox_runs(
+        path,
+        db,
+        "gamp/{div}/{d}/{seed}/" + str(T),
+        [(d, seeds) for d in ds],
+        divergences,
+        keys,
+        T=T,
+        mixing=mix,
+    )
 
 
-def positional_fp_runs(path, ds=(250, 500, 1000, 2000, 4000), seeds=(8, 8, 8, 8, 4), T=150,
-                       mixing=0.25, divergences=("fd", "jacobian")):
+def positional_fp_runs(
+    path,
+    ds=(250, 500, 1000, 2000, 4000),
+    seeds=(8, 8, 8, 8, 4),
+    T=150,
+    mixing=0.25,
+    divergences=("fd", "jacobian"),
+):
     """GAMP (effective channel, global prox, restarts off) from the positional start run to
     its fixed point (mixing 0.25: damped multipliers -0.61 and 0.85 from the SE linearisation,
     0.85^150 ~ 1e-11), appended to the JSON file ``path`` as each run finishes."""
-    _global_prox_runs(path, _load_runs(path), f"fp/{{div}}/{{d}}/{{seed}}/{T}/{mixing}",
-                      list(zip(ds, seeds)), divergences,
-                      ("q", "m", "theta", "V", "Vhat", "residual"), T=T, mixing=mixing)
+    _global_prox_runs(
+        path,
+        _load_runs(path),
+        f"fp/{{div}}/{{d}}/{{seed}}/{T}/{mixing}",
+        list(zip(ds, seeds)),
+        divergences,
+        ("q", "m", "theta", "V", "Vhat", "residual"),
+        T=T,
+        mixing=mixing,
+    )
 
 
 def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, tol=1e-7):
@@ -371,8 +502,11 @@ def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, t
             db[key]["status"] = r.status
             db[key]["restarts"] = r.metadata["restarts"]
             _save_runs(path, db)
-            print(f"{key}: {r.status} {r.iterations} it, restarts {r.metadata['restarts']}, "
-                  f"{time.perf_counter() - t:.0f} s", flush=True)
+            print(
+                f"{key}: {r.status} {r.iterations} it, restarts {r.metadata['restarts']}, "
+                f"{time.perf_counter() - t:.0f} s",
+                flush=True,
+            )
 
 
 def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
@@ -389,35 +523,49 @@ def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
     fp = ps.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
     V_jac = p.s2 / (p.lam + p.s2 * fp.metadata["Vhat_jac"])
     keys = ("q", "m", "theta", "V")
-    print(f"\nreplica positional fixed point: q {fp.q:.6f} m {fp.m:.6f} theta 0 V {fp.V:.4f} "
-          f"(with the Jacobian Vhat: V {V_jac:.4f})")
+    print(
+        f"\nreplica positional fixed point: q {fp.q:.6f} m {fp.m:.6f} theta 0 V {fp.V:.4f} "
+        f"(with the Jacobian Vhat: V {V_jac:.4f})"
+    )
     out = {}
     for div in ("fd", "jacobian"):
         ref = np.array([fp.q, fp.m, 0.0, fp.V if div == "fd" else V_jac])
         ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"{prefix}/{div}/")})
         if not ds:
             continue
-        how = (f"mixing {mixing}, {T} iterations" if prefix == "fp" else
-               "default prox mode, mixing 0.2 with restarts, to tol 1e-7")
-        print(f"GAMP divergence={div}, {how}, end = mean of the last {t_end}; deviation from "
-              f"the replica fixed point (V relative)")
-        print(f"{'d':>5} {'S':>3} | RMS: q        m        theta    V(rel)  | x sqrt(d)"
-              f"                   | mean +- s.e.: q, m, theta, V | end residual")
+        how = (
+            f"mixing {mixing}, {T} iterations"
+            if prefix == "fp"
+            else "default prox mode, mixing 0.2 with restarts, to tol 1e-7"
+        )
+        print(
+            f"GAMP divergence={div}, {how}, end = mean of the last {t_end}; deviation from "
+            f"the replica fixed point (V relative)"
+        )
+        print(
+            f"{'d':>5} {'S':>3} | RMS: q        m        theta    V(rel)  | x sqrt(d)"
+            f"                   | mean +- s.e.: q, m, theta, V | end residual"
+        )
         rows = []
         for d in ds:
             runs = [db[k] for k in db if k.startswith(f"{prefix}/{div}/{d}/")]
-            E = np.array([[np.mean(np.asarray(h[k], float)[-t_end:]) for k in keys]
-                          for h in runs])
+            E = np.array([[np.mean(np.asarray(h[k], float)[-t_end:]) for k in keys] for h in runs])
             D = E - ref
             D[:, 3] = E[:, 3] / ref[3] - 1
             rms = np.sqrt((D**2).mean(0))
             mean, sem = D.mean(0), D.std(0, ddof=1) / np.sqrt(len(runs))
             res = np.median([np.asarray(h["residual"], float)[-1] for h in runs])
             rows.append((d, rms))
-            print(f"{d:5d} {len(runs):3d} | " + " ".join(f"{x:8.5f}" for x in rms) + " | "
-                  + " ".join(f"{x * np.sqrt(d):6.3f}" for x in rms) + " | "
-                  + " ".join(f"{mu:+.4f}+-{se:.4f}" for mu, se in zip(mean, sem))
-                  + f" | {res:.1e}", flush=True)
+            print(
+                f"{d:5d} {len(runs):3d} | "
+                + " ".join(f"{x:8.5f}" for x in rms)
+                + " | "
+                + " ".join(f"{x * np.sqrt(d):6.3f}" for x in rms)
+                + " | "
+                + " ".join(f"{mu:+.4f}+-{se:.4f}" for mu, se in zip(mean, sem))
+                + f" | {res:.1e}",
+                flush=True,
+            )
         if len(rows) > 1:
             ld = np.log([r[0] for r in rows])
             sl = [np.polyfit(ld, np.log([r[1][i] for r in rows]), 1)[0] for i in range(4)]
@@ -437,8 +585,14 @@ def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
     keys = ("q", "m", "theta", "V")
 
     def dev(h, s):
-        return np.array([np.asarray(h[k]) - np.asarray(s[k]) if k != "V"
-                         else np.asarray(h[k]) / np.asarray(s[k]) - 1 for k in keys])[:, 1:]
+        return np.array(
+            [
+                np.asarray(h[k]) - np.asarray(s[k])
+                if k != "V"
+                else np.asarray(h[k]) / np.asarray(s[k]) - 1
+                for k in keys
+            ]
+        )[:, 1:]
 
     out = {}
     for div, se_div in (("fd", "stein"), ("jacobian", "jacobian")):
@@ -447,16 +601,20 @@ def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
             continue
         se = {k: np.mean([s[k] for s in ses], axis=0) for k in keys}
         dse = dev(ses[0], ses[1]) / 2  # error of the average of two populations ~ half diff
-        print(f"\nGAMP divergence={div} vs SE divergence={se_div} (mean of {len(ses)} "
-              f"populations of {n_pop}); positional start m0 {POS['m0']}, V0 {POS['V0']}, "
-              f"mixing {POS['mixing']}, {T} iterations.  SE Monte Carlo error (half the "
-              f"difference of the two populations): worst iteration "
-              + ", ".join(f"{k} {np.abs(dse[i]).max():.1e}" for i, k in enumerate(keys))
-              + "; last iterations " + ", ".join(f"{k} {np.abs(dse[i, -t_end:]).mean():.1e}"
-                                                 for i, k in enumerate(keys)))
-        print(f"{'d':>5} {'S':>3} | worst-t RMS:  q        m        theta    V(rel)  | x sqrt(d)"
-              f"                   | end RMS: q        m        theta    V(rel)  | x sqrt(d)"
-              f"                   | end mean +- s.e. (m, V)")
+        print(
+            f"\nGAMP divergence={div} vs SE divergence={se_div} (mean of {len(ses)} "
+            f"populations of {n_pop}); positional start m0 {POS['m0']}, V0 {POS['V0']}, "
+            f"mixing {POS['mixing']}, {T} iterations.  SE Monte Carlo error (half the "
+            f"difference of the two populations): worst iteration "
+            + ", ".join(f"{k} {np.abs(dse[i]).max():.1e}" for i, k in enumerate(keys))
+            + "; last iterations "
+            + ", ".join(f"{k} {np.abs(dse[i, -t_end:]).mean():.1e}" for i, k in enumerate(keys))
+        )
+        print(
+            f"{'d':>5} {'S':>3} | worst-t RMS:  q        m        theta    V(rel)  | x sqrt(d)"
+            f"                   | end RMS: q        m        theta    V(rel)  | x sqrt(d)"
+            f"                   | end mean +- s.e. (m, V)"
+        )
         ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"gamp/{div}/")})
         rows = []
         for d in ds:
@@ -467,20 +625,26 @@ def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
             end = np.sqrt((endv**2).mean(0))
             mean, sem = endv.mean(0), endv.std(0, ddof=1) / np.sqrt(len(runs))
             rows.append((d, worst, end))
+
             def f(v):
                 return " ".join(f"{x:8.5f}" for x in v)
 
             def g(v, d=d):
                 return " ".join(f"{x * np.sqrt(d):6.3f}" for x in v)
 
-            print(f"{d:5d} {len(runs):3d} | {f(worst)} | {g(worst)} | {f(end)} | {g(end)} | "
-                  f"{mean[1]:+.4f}+-{sem[1]:.4f} {mean[3]:+.4f}+-{sem[3]:.4f}", flush=True)
+            print(
+                f"{d:5d} {len(runs):3d} | {f(worst)} | {g(worst)} | {f(end)} | {g(end)} | "
+                f"{mean[1]:+.4f}+-{sem[1]:.4f} {mean[3]:+.4f}+-{sem[3]:.4f}",
+                flush=True,
+            )
         if len(rows) > 1:
             ld = np.log([r[0] for r in rows])
             for name, j in (("worst-t", 1), ("end", 2)):
                 sl = [np.polyfit(ld, np.log([r[j][i] for r in rows]), 1)[0] for i in range(4)]
-                print(f"  log-log slope in d, {name}: " + ", ".join(
-                    f"{k} {s_:+.2f}" for k, s_ in zip(keys, sl)))
+                print(
+                    f"  log-log slope in d, {name}: "
+                    + ", ".join(f"{k} {s_:+.2f}" for k, s_ in zip(keys, sl))
+                )
         out[div] = rows
     return out
 

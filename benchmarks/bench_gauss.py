@@ -80,19 +80,25 @@ def main(argv=None):
     ap.add_argument("--m", type=float, default=0.5, help="semantic overlap m (default 0.5)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
     ap.add_argument("--repeat", type=int, default=3, help="timing repetitions (best of)")
-    ap.add_argument("--parallel", action="store_true",
-                    help="also time the parallel numba kernel (compiles ~10 s)")
+    ap.add_argument(
+        "--parallel",
+        action="store_true",
+        help="also time the parallel numba kernel (compiles ~10 s)",
+    )
     args = ap.parse_args(argv)
     mean, cov = moments(args.e, args.m)
-    print(f"integrand: L=2 softmax attention loss, (e, m) = ({args.e}, {args.m}), dim 4, "
-          f"numba {numba.__version__}, threads {numba.get_num_threads()}")
+    print(
+        f"integrand: L=2 softmax attention loss, (e, m) = ({args.e}, {args.m}), dim 4, "
+        f"numba {numba.__version__}, threads {numba.get_num_threads()}"
+    )
 
     # ---------------------------------------------------------------- reference
     n_ref, n_chk = (28, 24) if args.quick else (40, 32)
     ref = expect(loss_vec, mean, cov, method="gh", n=n_ref).value
     chk = expect(loss_vec, mean, cov, method="gh", n=n_chk).value
-    print(f"reference: GH {n_ref}^4 nodes = {ref:.15f}; GH {n_chk}^4 differs by "
-          f"{abs(ref - chk):.1e}")
+    print(
+        f"reference: GH {n_ref}^4 nodes = {ref:.15f}; GH {n_chk}^4 differs by {abs(ref - chk):.1e}"
+    )
 
     # ---------------------------------------------------------------- accuracy
     print("\n| method | evaluations | value | abs error vs reference | reported error |")
@@ -100,40 +106,52 @@ def main(argv=None):
     gh_ns = (4, 6, 8, 10, 12, 16, 20) if args.quick else (4, 6, 8, 10, 12, 16, 20, 24)
     for n in gh_ns:
         e = expect(loss_vec, mean, cov, method="gh", n=n)
-        print(f"| gh {n}/dim | {n**4} | {e.value:.10f} | {abs(e.value - ref):.1e} | "
-              f"{e.error:.1e} |")
+        print(
+            f"| gh {n}/dim | {n**4} | {e.value:.10f} | {abs(e.value - ref):.1e} | {e.error:.1e} |"
+        )
     q_ns = (2**8, 2**10, 2**12) if args.quick else (2**8, 2**10, 2**12, 2**14, 2**16)
     for n in q_ns:
         e = expect(loss_vec, mean, cov, method="qmc", n=n, rng=1, n_rep=8)
-        print(f"| qmc 8 x 2^{int(math.log2(n))} | {8 * n} | {e.value:.10f} | "
-              f"{abs(e.value - ref):.1e} | {e.error:.1e} |")
+        print(
+            f"| qmc 8 x 2^{int(math.log2(n))} | {8 * n} | {e.value:.10f} | "
+            f"{abs(e.value - ref):.1e} | {e.error:.1e} |"
+        )
     expect(loss_jit, mean, cov, method="mc", n=100, rng=0)  # compile
     mc_ns = (10**3, 10**4, 10**5, 10**6) if args.quick else (10**3, 10**4, 10**5, 10**6, 10**7)
     for n in mc_ns:
         e = expect(loss_jit, mean, cov, method="mc", n=n, rng=2)
-        print(f"| mc (numba) | {n} | {e.value:.10f} | {abs(e.value - ref):.1e} | "
-              f"{e.error:.1e} |")
+        print(f"| mc (numba) | {n} | {e.value:.10f} | {abs(e.value - ref):.1e} | {e.error:.1e} |")
 
     # ---------------------------------------------------------------- throughput
     n = 10**6
-    t_nb, c_nb, e_nb = best_time(lambda: expect(loss_jit, mean, cov, method="mc", n=n, rng=3),
-                           args.repeat)
-    t_np, c_np, e_np = best_time(lambda: expect_mc_numpy_reference(loss_vec, mean, cov, n=n, rng=3),
-                           args.repeat)
+    t_nb, c_nb, e_nb = best_time(
+        lambda: expect(loss_jit, mean, cov, method="mc", n=n, rng=3), args.repeat
+    )
+    t_np, c_np, e_np = best_time(
+        lambda: expect_mc_numpy_reference(loss_vec, mean, cov, n=n, rng=3), args.repeat
+    )
     print(f"\nthroughput at n = {n:.0e} samples (best of {args.repeat}):")
-    print(f"  numba MC kernel (serial): wall {t_nb:.3f} s ({n / t_nb / 1e6:.2f} M samples/s), "
-          f"cpu {c_nb:.3f} s, value {e_nb.value:.6f} +- {e_nb.error:.1e}")
-    print(f"  numpy vectorised MC     : wall {t_np:.3f} s ({n / t_np / 1e6:.2f} M samples/s), "
-          f"cpu {c_np:.3f} s, value {e_np.value:.6f} +- {e_np.error:.1e}")
-    print(f"  speed-up numba / numpy  : {t_np / t_nb:.2f}x wall, {c_np / c_nb:.2f}x cpu "
-          "(target >= 3x)")
+    print(
+        f"  numba MC kernel (serial): wall {t_nb:.3f} s ({n / t_nb / 1e6:.2f} M samples/s), "
+        f"cpu {c_nb:.3f} s, value {e_nb.value:.6f} +- {e_nb.error:.1e}"
+    )
+    print(
+        f"  numpy vectorised MC     : wall {t_np:.3f} s ({n / t_np / 1e6:.2f} M samples/s), "
+        f"cpu {c_np:.3f} s, value {e_np.value:.6f} +- {e_np.error:.1e}"
+    )
+    print(
+        f"  speed-up numba / numpy  : {t_np / t_nb:.2f}x wall, {c_np / c_nb:.2f}x cpu "
+        "(target >= 3x)"
+    )
     if args.parallel:
         expect(loss_jit, mean, cov, method="mc", n=100, rng=0, parallel=True)  # compile
         t_par, _, _ = best_time(
-            lambda: expect(loss_jit, mean, cov, method="mc", n=n, rng=3, parallel=True),
-            args.repeat)
-        print(f"  numba MC kernel (parallel, {numba.get_num_threads()} threads): {t_par:.3f} s "
-              f"= {t_np / t_par:.2f}x numpy")
+            lambda: expect(loss_jit, mean, cov, method="mc", n=n, rng=3, parallel=True), args.repeat
+        )
+        print(
+            f"  numba MC kernel (parallel, {numba.get_num_threads()} threads): {t_par:.3f} s "
+            f"= {t_np / t_par:.2f}x numpy"
+        )
 
 
 if __name__ == "__main__":

@@ -64,15 +64,20 @@ def bench_channel(p, n=2**12, n_rep=2):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--solve", action="store_true", help="also time full fixed points")
-    ap.add_argument("--fixed-m", action="store_true",
-                    help="also time the fixed-m profile (Newton vs damped map) and restricted "
-                         "L-BFGS at L = 3, alpha = 1, |m| = 0.35")
+    ap.add_argument(
+        "--fixed-m",
+        action="store_true",
+        help="also time the fixed-m profile (Newton vs damped map) and restricted "
+        "L-BFGS at L = 3, alpha = 1, |m| = 0.35",
+    )
     args = ap.parse_args()
     print(f"numba threads: {numba.get_num_threads()}")
     cases = [(2, 1, 1), (3, 1, 1), (2, 2, 1)]
     print("\nprox (multi-start Newton, numba, parallel) vs scipy BFGS baseline (same starts)")
-    print(f"{'L,r,r_t':>8} {'numba us/node':>14} {'scipy us/node':>14} {'ratio':>7} "
-          f"{'max(v_nb - v_scipy)':>20}")
+    print(
+        f"{'L,r,r_t':>8} {'numba us/node':>14} {'scipy us/node':>14} {'ratio':>7} "
+        f"{'max(v_nb - v_scipy)':>20}"
+    )
     for L, r, rt in cases:
         p = pg.GeneralParams(L=L, r=r, r_t=rt)
         tn, tr, dv = bench_prox(p)
@@ -90,9 +95,11 @@ def main():
             t = time.perf_counter()
             res = pg.fixed_point(alpha, p, br, n=2**12, n_rep=4)
             dt = time.perf_counter() - t
-            print(f"L={L} alpha={alpha} {br:10s} {res.status:9s} it={res.iterations:3d} "
-                  f"q={res.q[0, 0]:.5f}±{res.err['q'][0, 0]:.1e} eps_t={res.eps_t:.6f} "
-                  f"wall={dt:.0f}s")
+            print(
+                f"L={L} alpha={alpha} {br:10s} {res.status:9s} it={res.iterations:3d} "
+                f"q={res.q[0, 0]:.5f}±{res.err['q'][0, 0]:.1e} eps_t={res.eps_t:.6f} "
+                f"wall={dt:.0f}s"
+            )
 
     if args.fixed_m:
         bench_fixed_m()
@@ -122,15 +129,20 @@ def bench_fixed_m(mixing=0.5, tol=1e-8):
             break
     t_damped = time.perf_counter() - t
     print(f"\nfixed-m profile point (L=3, alpha=1, |m|=0.35, 2^12 x 2, tol {tol:g}):")
-    print(f"  Newton   {r.status:9s} q={r.q:.6f} V={r.V:.4f} eps_t={r.eps_t:.7f} "
-          f"wall={t_newton:.1f}s")
-    print(f"  damped (mixing {mixing}) {its} maps q={q:.6f} V={V:.4f} wall={t_damped:.1f}s "
-          f"ratio {t_damped / t_newton:.1f}")
+    print(
+        f"  Newton   {r.status:9s} q={r.q:.6f} V={r.V:.4f} eps_t={r.eps_t:.7f} wall={t_newton:.1f}s"
+    )
+    print(
+        f"  damped (mixing {mixing}) {its} maps q={q:.6f} V={V:.4f} wall={t_damped:.1f}s "
+        f"ratio {t_damped / t_newton:.1f}"
+    )
     for d in (400, 800):
         t = time.perf_counter()
         s = eg.simulate_fixed_m(1.0, m, p, d=d, seed=0, restarts=2)
-        print(f"  restricted L-BFGS d={d}: {s.status} eps_t={np.round(s.eps_t, 6).tolist()} "
-              f"overlap ratio {s.mutual_ratio:.3f} wall={time.perf_counter() - t:.1f}s")
+        print(
+            f"  restricted L-BFGS d={d}: {s.status} eps_t={np.round(s.eps_t, 6).tolist()} "
+            f"overlap ratio {s.mutual_ratio:.3f} wall={time.perf_counter() - t:.1f}s"
+        )
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def floor_row(d, L=2):
     rb = np.empty(BN.NB, np.uint64)
     rp = np.empty(L * dp, np.int64)
     rv = np.empty(L * dp, np.uint64)
-    mf = max(1, 200_000 // n)                 # fills per call (no Python dispatch per fill)
+    mf = max(1, 200_000 // n)  # fills per call (no Python dispatch per fill)
     _fill_many(S, s, gb, rb, rp, rv, 1)
     t_bl = tmin(lambda: _fill_many(S, s, gb, rb, rp, rv, mf)) / mf
     # one kernel call = m steps of the reference model (PS target, P_1 = -P_2)
@@ -155,26 +155,39 @@ def floor_row(d, L=2):
     old()
     t_fast = tmin(fast) / m
     t_old = tmin(old) / m
-    return dict(d=d, numpy_ns=t_np / n * 1e9, scalar_ns=t_sc / n * 1e9,
-                block_ns=t_bl / n * 1e9, numpy_step_us=t_np * 1e6, block_step_us=t_bl * 1e6,
-                arith_us=(t_fast - t_bl) * 1e6, fast_step_us=t_fast * 1e6,
-                old_step_us=t_old * 1e6)
+    return dict(
+        d=d,
+        numpy_ns=t_np / n * 1e9,
+        scalar_ns=t_sc / n * 1e9,
+        block_ns=t_bl / n * 1e9,
+        numpy_step_us=t_np * 1e6,
+        block_step_us=t_bl * 1e6,
+        arith_us=(t_fast - t_bl) * 1e6,
+        fast_step_us=t_fast * 1e6,
+        old_step_us=t_old * 1e6,
+    )
 
 
 def floor_table():
     print("floor: Gaussian generation and arithmetic per step, L = 2 (best of 40 bursts)")
-    print(f"{'d':>6} {'numpy ns/draw':>14} {'scalar zig':>11} {'block zig':>10} "
-          f"{'numpy us/step':>14} {'block us/step':>14} {'arith us/step':>14} "
-          f"{'fast step us':>13} {'scalar-kernel step us':>22}")
+    print(
+        f"{'d':>6} {'numpy ns/draw':>14} {'scalar zig':>11} {'block zig':>10} "
+        f"{'numpy us/step':>14} {'block us/step':>14} {'arith us/step':>14} "
+        f"{'fast step us':>13} {'scalar-kernel step us':>22}"
+    )
     out = []
     for d in (1000, 10_000):
         row = floor_row(d)
         out.append(row)
-        print(f"{d:>6} {row['numpy_ns']:>14.2f} {row['scalar_ns']:>11.2f} {row['block_ns']:>10.2f} "
-              f"{row['numpy_step_us']:>14.2f} {row['block_step_us']:>14.2f} "
-              f"{row['arith_us']:>14.2f} {row['fast_step_us']:>13.2f} {row['old_step_us']:>22.2f}")
-    print("(block zig: per useful draw, rows padded to a multiple of 128; arith = fast step - "
-          "block fill; all single-threaded)\n")
+        print(
+            f"{d:>6} {row['numpy_ns']:>14.2f} {row['scalar_ns']:>11.2f} {row['block_ns']:>10.2f} "
+            f"{row['numpy_step_us']:>14.2f} {row['block_step_us']:>14.2f} "
+            f"{row['arith_us']:>14.2f} {row['fast_step_us']:>13.2f} {row['old_step_us']:>22.2f}"
+        )
+    print(
+        "(block zig: per useful draw, rows padded to a multiple of 128; arith = fast step - "
+        "block fill; all single-threaded)\n"
+    )
     return out
 
 
@@ -198,14 +211,23 @@ def main(argv=None):
 
     floor_table()
     print("full d-dimensional SGD, attention L=2 (steps/s; measured, compile excluded, best of 3)")
-    print(f"{'d':>8} {'numpy loop':>12} {'numba':>12} {'speed-up':>9} {'scalar kernel':>14} "
-          f"{'speed-up':>9} {'numba+numpy G':>14} {'speed-up':>9}")
+    print(
+        f"{'d':>8} {'numpy loop':>12} {'numba':>12} {'speed-up':>9} {'scalar kernel':>14} "
+        f"{'speed-up':>9} {'numba+numpy G':>14} {'speed-up':>9}"
+    )
     rows = []
     for d in (1000, 10_000):
         nb = int(20000 * scale * 1000 / d) + 200
         base = rate(lambda n, d=d: baseline_loop(d, n), nb)
-        run = lambda n, d=d: simulate_sgd(spec, d, LR, 1, steps=n, n_record=20,  # noqa: E731
-                                          start="origin")
+        run = lambda n, d=d: simulate_sgd(
+            spec,
+            d,
+            LR,
+            1,
+            steps=n,
+            n_record=20,  # noqa: E731
+            start="origin",
+        )
         ours = rate(run, 10 * nb)
         sgd_mod.FAST_MIN_D = 10**12
         try:
@@ -218,18 +240,29 @@ def main(argv=None):
         finally:
             sgd_mod._FullState.kernel_rng = True
         rows.append((d, base, ours, ours_old, ours_np))
-        print(f"{d:>8} {base:>12.0f} {ours:>12.0f} {ours / base:>8.1f}x {ours_old:>14.0f} "
-              f"{ours_old / base:>8.1f}x {ours_np:>14.0f} {ours_np / base:>8.1f}x")
+        print(
+            f"{d:>8} {base:>12.0f} {ours:>12.0f} {ours / base:>8.1f}x {ours_old:>14.0f} "
+            f"{ours_old / base:>8.1f}x {ours_np:>14.0f} {ours_np / base:>8.1f}x"
+        )
     print("\nreduced chain (steps/s; independent of d)")
     z1, z2 = sp.symbols("z1 z2", real=True)
-    tied = SimSpec(kind="tied", L=2, target=("expr", sp.expand((z1**2 - 1 + z2**2 - 1)
-                                                              / sp.sqrt(2))), activation="relu")
+    tied = SimSpec(
+        kind="tied",
+        L=2,
+        target=("expr", sp.expand((z1**2 - 1 + z2**2 - 1) / sp.sqrt(2))),
+        activation="relu",
+    )
     simulate_reduced(tied, 50, LR, 0, steps=50, n_record=5)
     n = int(2_000_000 * scale)
     for name, sp_ in (("attention PS target", spec), ("tied ReLU, sum He2", tied)):
         for d in (1000, 10**6):
-            r = rate(lambda k, s_=sp_, d=d: simulate_reduced(s_, d, LR, 2, steps=k, n_record=20,
-                                                start="origin"), n, repeat=1)
+            r = rate(
+                lambda k, s_=sp_, d=d: simulate_reduced(
+                    s_, d, LR, 2, steps=k, n_record=20, start="origin"
+                ),
+                n,
+                repeat=1,
+            )
             print(f"{name:>22}  d={d:>8}: {r:>12.3g} steps/s")
     return rows
 

@@ -37,21 +37,38 @@ def bench_phase(quick: bool):
     tb, _ = _t(ssi.pd_blocks)
     tg, pdg = _t(ssi.phase_diagram, ag, wg)
     tbd, _ = _t(lambda: [ssi.boundaries(a) for a in np.linspace(0.7, 1.0, 31)])
-    print(f"building blocks (2-D GH 200^2): {tb:.2f} s; grid classification: {tg:.3f} s; "
-          f"boundaries on 31 a-values (Brent): {tbd:.2f} s; total {tb + tg + tbd:.2f} s")
-    counts = {n: int(np.sum(pdg['region'] == i)) for i, n in enumerate(ssi.REGIONS)}
+    print(
+        f"building blocks (2-D GH 200^2): {tb:.2f} s; grid classification: {tg:.3f} s; "
+        f"boundaries on 31 a-values (Brent): {tbd:.2f} s; total {tb + tg + tbd:.2f} s"
+    )
+    counts = {n: int(np.sum(pdg["region"] == i)) for i, n in enumerate(ssi.REGIONS)}
     print("region counts:", counts)
     if not quick:
         model = ssi.ps_model(1.0, 0.67, engine="quad", n=28)
-        t1, _ = _t(lambda: (model.hessian(0.0, 0.0), model.grad(1.0, 0.0), model.grad(0.0, 1.0),
-                            model.risk(1.0, 0.0), model.risk(0.0, 1.0)))
+        t1, _ = _t(
+            lambda: (
+                model.hessian(0.0, 0.0),
+                model.grad(1.0, 0.0),
+                model.grad(0.0, 1.0),
+                model.risk(1.0, 0.0),
+                model.risk(0.0, 1.0),
+            )
+        )
         # + the m-curvature at (1,0) and e-curvature at (0,1): 4 more gradients
-        t2, _ = _t(lambda: [model.grad(1.0, 1e-4), model.grad(1.0, -1e-4),
-                            model.grad(1e-4, 1.0), model.grad(-1e-4, 1.0)])
+        t2, _ = _t(
+            lambda: [
+                model.grad(1.0, 1e-4),
+                model.grad(1.0, -1e-4),
+                model.grad(1e-4, 1.0),
+                model.grad(-1e-4, 1.0),
+            ]
+        )
         per_point = t1 + t2
-        print(f"baseline: direct 4-D GH (28^4 nodes) criteria at one point {per_point:.1f} s -> "
-              f"x 40000 points = {per_point * 40000 / 3600:.0f} h (extrapolated); speed-up "
-              f"{per_point * 40000 / (tb + tg):.0f}x")
+        print(
+            f"baseline: direct 4-D GH (28^4 nodes) criteria at one point {per_point:.1f} s -> "
+            f"x 40000 points = {per_point * 40000 / 3600:.0f} h (extrapolated); speed-up "
+            f"{per_point * 40000 / (tb + tg):.0f}x"
+        )
 
 
 def bench_convergence():
@@ -63,8 +80,7 @@ def bench_convergence():
         c = ssi.pd_criteria(1.0, 0.67, n)
         print(f"| {n} | " + " | ".join(f"{float(c[k]):.10f}" for k in keys) + " |")
     b = ssi.boundaries(1.0)
-    print("boundaries at a = 1:", {k: round(v, 10) for k, v in b.items()
-                                   if k.startswith("omega")})
+    print("boundaries at a = 1:", {k: round(v, 10) for k, v in b.items() if k.startswith("omega")})
 
 
 def bench_tables():
@@ -72,30 +88,56 @@ def bench_tables():
     t_build, _ = _t(ssi.ps_tables)
     ssi.ps_tables.cache_clear()
     t_load, _ = _t(ssi.ps_tables)
-    print(f"\nspec-6 Mehler/Chebyshev tables: build {t_build:.1f} s, load from the disk cache "
-          f"{t_load:.2f} s")
+    print(
+        f"\nspec-6 Mehler/Chebyshev tables: build {t_build:.1f} s, load from the disk cache "
+        f"{t_load:.2f} s"
+    )
 
 
 def bench_ode(quick: bool):
     print("\n## 3. ODE trajectory to convergence (d = 1000, log-spaced output, 200 points)")
     cases = [
-        ("tied relu, He2(z1)+He2(z2), lr 0.05", lambda: ssi.TiedNetwork(
-            "He2(z1)+He2(z2)", 2, "relu"), 0.05, None),
+        (
+            "tied relu, He2(z1)+He2(z2), lr 0.05",
+            lambda: ssi.TiedNetwork("He2(z1)+He2(z2)", 2, "relu"),
+            0.05,
+            None,
+        ),
         # smooth activation for the baseline: with relu the quadrature right-hand side is
         # piecewise constant in m (nodes crossing the kink) and the stiff solver crawls
-        ("tied he2, He2(z1)+He2(z2), lr 0.01", lambda: ssi.TiedNetwork(
-            "He2(z1)+He2(z2)", 2, "he2"), 0.01, lambda: ssi.TiedNetwork(
-            "He2(z1)+He2(z2)", 2, "he2", engine="quad", method="qmc", n=2**16)),
-        ("untied relu, L=4, sum He2/sqrt2, lr 0.05", lambda: ssi.UntiedNetwork(
-            "(He2(z1)+He2(z2)+He2(z3)+He2(z4))/sqrt(2)", 4, "relu"), 0.05, None),
-        ("attention Tr/sqrtL, P1=-P2, 4/3+He4(z1)+2He4(z2), lr 0.01", lambda: ssi.AttentionModel(
-            "4/3 + He4(z1) + 2*He4(z2)", 2, pe="opposite", reduction="trace",
-            trace_norm="sqrtL"), 0.01, None),
-        ("spec-6 attention a=1 omega=0.67, lr 0.05", lambda: ssi.ps_model(1.0, 0.67), 0.05,
-         lambda: ssi.ps_model(1.0, 0.67, engine="quad", n=16)),
+        (
+            "tied he2, He2(z1)+He2(z2), lr 0.01",
+            lambda: ssi.TiedNetwork("He2(z1)+He2(z2)", 2, "he2"),
+            0.01,
+            lambda: ssi.TiedNetwork(
+                "He2(z1)+He2(z2)", 2, "he2", engine="quad", method="qmc", n=2**16
+            ),
+        ),
+        (
+            "untied relu, L=4, sum He2/sqrt2, lr 0.05",
+            lambda: ssi.UntiedNetwork("(He2(z1)+He2(z2)+He2(z3)+He2(z4))/sqrt(2)", 4, "relu"),
+            0.05,
+            None,
+        ),
+        (
+            "attention Tr/sqrtL, P1=-P2, 4/3+He4(z1)+2He4(z2), lr 0.01",
+            lambda: ssi.AttentionModel(
+                "4/3 + He4(z1) + 2*He4(z2)", 2, pe="opposite", reduction="trace", trace_norm="sqrtL"
+            ),
+            0.01,
+            None,
+        ),
+        (
+            "spec-6 attention a=1 omega=0.67, lr 0.05",
+            lambda: ssi.ps_model(1.0, 0.67),
+            0.05,
+            lambda: ssi.ps_model(1.0, 0.67, engine="quad", n=16),
+        ),
     ]
-    print("| case | engine | build s | ODE s | rhs calls | steps_escape | final (e, m) | "
-          "baseline: direct 4-D quadrature (QMC 2^16 / GH 16^4) s |")
+    print(
+        "| case | engine | build s | ODE s | rhs calls | steps_escape | final (e, m) | "
+        "baseline: direct 4-D quadrature (QMC 2^16 / GH 16^4) s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, mk, lr, base in cases:
         tb, model = _t(mk)
@@ -107,9 +149,11 @@ def bench_ode(quick: bool):
             tbl, rb = _t(ssi.integrate_ode, bm, lr=lr, d=1000)
             bl = f"{tbl:.1f} (steps_escape {rb.steps_escape})"
         fe = res.final_e if np.ndim(res.final_e) == 0 else res.final_e
-        print(f"| {name} | {model.engine} | {tb:.2f} | {t_first:.2f} (first), {t_second:.2f} | "
-              f"{res.metadata['n_rhs']} | {res.steps_escape} | "
-              f"({fe:.4f}, {res.final_m:.4f}) {res.minimum} | {bl} |")
+        print(
+            f"| {name} | {model.engine} | {tb:.2f} | {t_first:.2f} (first), {t_second:.2f} | "
+            f"{res.metadata['n_rhs']} | {res.steps_escape} | "
+            f"({fe:.4f}, {res.final_m:.4f}) {res.minimum} | {bl} |"
+        )
 
 
 def main():

@@ -59,8 +59,10 @@ def main():
         for r in rows:
             w.writerow(r)
     dt_plain = time.perf_counter() - t0
-    print(f"[table] {n} appends: fsync'd lines {n / dt_safe:9.0f} rows/s "
-          f"({1e3 * dt_safe / n:.3f} ms/row); plain csv.writer {n / dt_plain:9.0f} rows/s")
+    print(
+        f"[table] {n} appends: fsync'd lines {n / dt_safe:9.0f} rows/s "
+        f"({1e3 * dt_safe / n:.3f} ms/row); plain csv.writer {n / dt_plain:9.0f} rows/s"
+    )
 
     # 2. per-point overhead
     grid = {"x": [float(i) for i in range(n)]}
@@ -68,8 +70,10 @@ def main():
     _ = [demo_point(x=x) for x in grid["x"]]
     base = (time.perf_counter() - t0) / n
     print(f"[overhead] plain loop                : {1e6 * base:9.1f} us/point")
-    for label, kw in [("run_sweep workers=1", dict(workers=1)),
-                      ("run_sweep workers=2", dict(workers=2))]:
+    for label, kw in [
+        ("run_sweep workers=1", dict(workers=1)),
+        ("run_sweep workers=2", dict(workers=2)),
+    ]:
         out = tmp / f"o{label[-1]}.jsonl"
         t0 = time.perf_counter()
         run_sweep(demo_point, grid, out=out, progress=False, **kw)
@@ -78,14 +82,22 @@ def main():
     try:
         from distributed import LocalCluster
 
-        with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                          dashboard_address=None) as cluster:
+        with LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+        ) as cluster:
             t0 = time.perf_counter()
-            run_sweep(demo_point, grid, out=tmp / "dask.jsonl", progress=False,
-                      scheduler=cluster.scheduler_address)
+            run_sweep(
+                demo_point,
+                grid,
+                out=tmp / "dask.jsonl",
+                progress=False,
+                scheduler=cluster.scheduler_address,
+            )
             dt = (time.perf_counter() - t0) / n
-        print(f"[overhead] {'run_sweep dask LocalCluster':26s}: {1e6 * dt:9.1f} us/point "
-              "(incl. client connect)")
+        print(
+            f"[overhead] {'run_sweep dask LocalCluster':26s}: {1e6 * dt:9.1f} us/point "
+            "(incl. client connect)"
+        )
     except ImportError:
         print("[overhead] dask not installed: skipped")
 
@@ -98,9 +110,11 @@ def main():
         rr = run_sweep(busy, g, progress=False, workers=w)
         res[w] = (time.perf_counter() - t0, [r["top"] for r in rr])
     assert res[1][1] == res[2][1], "same values whatever the executor"
-    print(f"[cpu] {m} points x {args.reps} eigvalsh(300x300): workers=1 {res[1][0]:.2f} s, "
-          f"workers=2 {res[2][0]:.2f} s (speed-up {res[1][0] / res[2][0]:.2f}x; OMP threads "
-          f"{os.environ.get('OMP_NUM_THREADS', 'default')})")
+    print(
+        f"[cpu] {m} points x {args.reps} eigvalsh(300x300): workers=1 {res[1][0]:.2f} s, "
+        f"workers=2 {res[2][0]:.2f} s (speed-up {res[1][0] / res[2][0]:.2f}x; OMP threads "
+        f"{os.environ.get('OMP_NUM_THREADS', 'default')})"
+    )
 
 
 if __name__ == "__main__":

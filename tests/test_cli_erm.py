@@ -20,8 +20,21 @@ def run_json(capsys, argv):
 
 
 def test_fixed_point_json_contract_and_agreement_with_the_api(capsys):
-    argv = ["erm", "fixed-point", "--alpha", "1.5", "--omega", "0.3", "--branch", "semantic",
-            "--method", "gh", "--nodes", "6", "--json"]
+    argv = [
+        "erm",
+        "fixed-point",
+        "--alpha",
+        "1.5",
+        "--omega",
+        "0.3",
+        "--branch",
+        "semantic",
+        "--method",
+        "gh",
+        "--nodes",
+        "6",
+        "--json",
+    ]
     code, d = run_json(capsys, argv)
     assert code == 0
     assert FP_KEYS <= set(d)
@@ -31,14 +44,17 @@ def test_fixed_point_json_contract_and_agreement_with_the_api(capsys):
         assert d[k] == pytest.approx(getattr(r, k), rel=1e-12)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--alpha", "0", "--omega", "0.3"], "alpha"),
-    (["--alpha", "1", "--omega", "1.5"], "omega"),
-    (["--alpha", "1", "--omega", "0.3", "--sigma", "-1"], "sigma"),
-    (["--alpha", "1", "--omega", "0.3", "--lam", "-0.5"], "lam"),
-    (["--alpha", "1", "--omega", "0.3", "--A", "0.6,0.6,0.4,0.6"], "row-stochastic"),
-    (["--alpha", "1", "--omega", "0.3", "--A", "1,0"], "four numbers"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--alpha", "0", "--omega", "0.3"], "alpha"),
+        (["--alpha", "1", "--omega", "1.5"], "omega"),
+        (["--alpha", "1", "--omega", "0.3", "--sigma", "-1"], "sigma"),
+        (["--alpha", "1", "--omega", "0.3", "--lam", "-0.5"], "lam"),
+        (["--alpha", "1", "--omega", "0.3", "--A", "0.6,0.6,0.4,0.6"], "row-stochastic"),
+        (["--alpha", "1", "--omega", "0.3", "--A", "1,0"], "four numbers"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(capsys, argv, needle):
     code = main(["erm", "fixed-point", *argv, "--json"])
     err = capsys.readouterr().err
@@ -49,9 +65,28 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, needle):
 def test_curve_writes_csv_with_both_branches_global_and_baseline(tmp_path, capsys):
     out = tmp_path / "c.csv"
     # a deliberately tiny split rule (contract test, not accuracy)
-    code, d = run_json(capsys, ["erm", "curve", "--omega", "0.3", "--alphas", "2",
-                                "--nodes", "4", "--n-r", "8", "--n-phi", "16", "--tol", "1e-5",
-                                "--out", str(out), "--json"])
+    code, d = run_json(
+        capsys,
+        [
+            "erm",
+            "curve",
+            "--omega",
+            "0.3",
+            "--alphas",
+            "2",
+            "--nodes",
+            "4",
+            "--n-r",
+            "8",
+            "--n-phi",
+            "16",
+            "--tol",
+            "1e-5",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert code in (0, None)
     rows = list(csv.DictReader(out.open()))
     kinds = {r["kind"] for r in rows}
@@ -61,9 +96,14 @@ def test_curve_writes_csv_with_both_branches_global_and_baseline(tmp_path, capsy
     assert d["eps_g_lin"] == pytest.approx(float(base[0]["eps_g"]), rel=1e-12)
     # the global minimiser is the lower-ε_t branch among the converged, correctly labelled ones
     for a in ("2.0",):
-        valid = [float(r["eps_t"]) for r in rows if r["alpha"] == a
-                 and r["kind"] in ("semantic", "positional") and r["branch"] == r["kind"]
-                 and r["status"] == "converged"]
+        valid = [
+            float(r["eps_t"])
+            for r in rows
+            if r["alpha"] == a
+            and r["kind"] in ("semantic", "positional")
+            and r["branch"] == r["kind"]
+            and r["status"] == "converged"
+        ]
         glob = [float(r["eps_t"]) for r in rows if r["alpha"] == a and r["kind"] == "global"]
         if valid:
             assert glob == [pytest.approx(min(valid))]
@@ -79,12 +119,36 @@ def test_help_texts():
 def test_simulate_default_method_converges_and_matches_the_api(capsys):
     # the default minimiser (nesterov) must converge (RMS gradient < tol) and report the API's
     # numbers; the JSON fields are the contract
-    argv = ["erm", "simulate", "--alpha", "2", "--omega", "0.3", "--d", "60", "--seeds", "2",
-            "--json"]
+    argv = [
+        "erm",
+        "simulate",
+        "--alpha",
+        "2",
+        "--omega",
+        "0.3",
+        "--d",
+        "60",
+        "--seeds",
+        "2",
+        "--json",
+    ]
     code, d = run_json(capsys, argv)
     assert code in (0, None)
-    for k in ("alpha", "omega", "d", "init", "seeds", "q", "m", "theta", "eps_t", "eps_g",
-              "q_err", "eps_t_err", "runs"):
+    for k in (
+        "alpha",
+        "omega",
+        "d",
+        "init",
+        "seeds",
+        "q",
+        "m",
+        "theta",
+        "eps_t",
+        "eps_g",
+        "q_err",
+        "eps_t_err",
+        "runs",
+    ):
         assert k in d
     from theory.simulate.erm_gd import simulate_gd
 
@@ -97,8 +161,24 @@ def test_simulate_default_method_converges_and_matches_the_api(capsys):
 
 
 def test_gamp_json_contract(capsys):
-    code, d = run_json(capsys, ["erm", "gamp", "--alpha", "2", "--omega", "0.3", "--d", "60",
-                                "--seeds", "1", "--max-iter", "300", "--json"])
+    code, d = run_json(
+        capsys,
+        [
+            "erm",
+            "gamp",
+            "--alpha",
+            "2",
+            "--omega",
+            "0.3",
+            "--d",
+            "60",
+            "--seeds",
+            "1",
+            "--max-iter",
+            "300",
+            "--json",
+        ],
+    )
     assert {"q", "m", "theta", "eps_t", "eps_g", "runs"} <= set(d)
     assert {"V", "status", "iterations", "seed"} <= set(d["runs"][0])
 
@@ -106,33 +186,78 @@ def test_gamp_json_contract(capsys):
 def test_phase_diagram_heatmap_is_the_simulated_delta_eps_t(tmp_path, capsys, monkeypatch):
     # theory rows stubbed (the theory has its own tests; this checks the wiring): the heat map
     # must equal eps_t(semantic init) - eps_t(positional init) of independent simulate_gd runs
-    rows = [dict(omega=0.3, alpha_c=1.25, alpha_l=1.5, eps_g_lin=0.002, alpha_l_branch="semantic",
-                 status="converged", message="")]
+    rows = [
+        dict(
+            omega=0.3,
+            alpha_c=1.25,
+            alpha_l=1.5,
+            eps_g_lin=0.002,
+            alpha_l_branch="semantic",
+            status="converged",
+            message="",
+        )
+    ]
     monkeypatch.setattr(ps, "phase_diagram", lambda omegas, p, **kw: [dict(rows[0])])
     fig = tmp_path / "pd.png"
-    code, d = run_json(capsys, ["erm", "phase-diagram", "--omegas", "0.3", "--heatmap",
-                                "--d", "20", "--seeds", "1", "--heatmap-alphas", "1,2",
-                                "--plot", str(fig), "--sim-cache", str(tmp_path / "c.jsonl"),
-                                "--json"])
+    code, d = run_json(
+        capsys,
+        [
+            "erm",
+            "phase-diagram",
+            "--omegas",
+            "0.3",
+            "--heatmap",
+            "--d",
+            "20",
+            "--seeds",
+            "1",
+            "--heatmap-alphas",
+            "1,2",
+            "--plot",
+            str(fig),
+            "--sim-cache",
+            str(tmp_path / "c.jsonl"),
+            "--json",
+        ],
+    )
     assert fig.exists() and fig.stat().st_size > 1000
     h = d["heatmap"]
     assert h["alphas"] == [1.0, 2.0] and h["omegas"] == [0.3] and h["d"] == 20
     from theory.simulate.erm_gd import simulate_gd
 
     for j, a in enumerate((1.0, 2.0)):
-        e = {i: simulate_gd(a, 0.3, 20, i, 0, method="lbfgs", tol=1e-7, n_test=10).eps_t
-             for i in ("semantic", "positional")}
-        assert h["delta_eps_t"][0][j] == pytest.approx(e["semantic"] - e["positional"],
-                                                       rel=1e-9, abs=1e-15)
+        e = {
+            i: simulate_gd(a, 0.3, 20, i, 0, method="lbfgs", tol=1e-7, n_test=10).eps_t
+            for i in ("semantic", "positional")
+        }
+        assert h["delta_eps_t"][0][j] == pytest.approx(
+            e["semantic"] - e["positional"], rel=1e-9, abs=1e-15
+        )
     code = main(["erm", "phase-diagram", "--omegas", "0.3", "--heatmap", "--A", "0.7,0.3,0.3,0.7"])
     assert code == 2 and "reference A" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_transition_json_contract(capsys):
-    code, d = run_json(capsys, ["erm", "transition", "--omega", "0.3", "--alphas", "1,1.25,1.5",
-                                "--nodes", "6", "--n-r", "12", "--n-phi", "24", "--json",
-                                "--no-progress"])
+    code, d = run_json(
+        capsys,
+        [
+            "erm",
+            "transition",
+            "--omega",
+            "0.3",
+            "--alphas",
+            "1,1.25,1.5",
+            "--nodes",
+            "6",
+            "--n-r",
+            "12",
+            "--n-phi",
+            "24",
+            "--json",
+            "--no-progress",
+        ],
+    )
     for k in ("alpha_c", "alpha_l", "eps_g_lin", "eps_g_sem_at_alpha_c", "eps_g_pos_at_alpha_c"):
         assert k in d
     # measured with this rule: alpha_c = 1.2471, alpha_l = 1.4922 (see BENCHMARKS.md)

@@ -24,8 +24,22 @@ def _json(capsys, argv):
 
 
 def test_ode_json_fields_tied(capsys):
-    d = _json(capsys, ["sgd", "ode", "--target", "He2(z1)+He2(z2)", "--model", "tied",
-                       "--lr", "0.05", "--d", "1000", "--json"])
+    d = _json(
+        capsys,
+        [
+            "sgd",
+            "ode",
+            "--target",
+            "He2(z1)+He2(z2)",
+            "--model",
+            "tied",
+            "--lr",
+            "0.05",
+            "--d",
+            "1000",
+            "--json",
+        ],
+    )
     for key in ("t_escape", "steps_escape", "final_e", "final_m", "minimum"):
         assert key in d
     assert d["minimum"] == "semantic"
@@ -36,8 +50,17 @@ def test_ode_json_fields_tied(capsys):
 
 
 def test_flatness_json(capsys):
-    base = ["sgd", "flatness", "--target", "4/3 + He4(z1) + 2*He4(z2)", "--L", "2",
-            "--reduction", "trace", "--json"]
+    base = [
+        "sgd",
+        "flatness",
+        "--target",
+        "4/3 + He4(z1) + 2*He4(z2)",
+        "--L",
+        "2",
+        "--reduction",
+        "trace",
+        "--json",
+    ]
     d = _json(capsys, base + ["--pe", "none"])
     assert d["kappa"] == 4 and d["hessian"] == [[0.0]]
     d = _json(capsys, base + ["--pe", "opposite", "--trace-norm", "sqrtL"])
@@ -47,8 +70,12 @@ def test_flatness_json(capsys):
 def test_boundaries_json_matches_library(capsys):
     d = _json(capsys, ["sgd", "boundaries", "--a", "0.9", "--json"])
     ref = ssi.boundaries(0.9)
-    for key in ("omega_steepest_switch", "omega_global_switch",
-                "omega_positional_min_appears", "omega_semantic_min_disappears"):
+    for key in (
+        "omega_steepest_switch",
+        "omega_global_switch",
+        "omega_positional_min_appears",
+        "omega_semantic_min_disappears",
+    ):
         assert d[key] == pytest.approx(ref[key], abs=1e-12)
 
 

@@ -10,8 +10,17 @@ import pytest
 
 from theory.cli import main
 
-CONTRACT = ("sie", "leading_tensor", "tied_contraction", "op_norm", "gain_optimal", "gain_equal",
-            "tied_learnable", "even_sie", "exact")
+CONTRACT = (
+    "sie",
+    "leading_tensor",
+    "tied_contraction",
+    "op_norm",
+    "gain_optimal",
+    "gain_equal",
+    "tied_learnable",
+    "even_sie",
+    "exact",
+)
 
 
 def run_json(capsys, *argv):
@@ -80,12 +89,20 @@ def test_bad_input_exit_2(capsys, argv, fragment):
 
 
 def test_subprocess_module_entry():
-    ok = subprocess.run([sys.executable, "-m", "theory", "sie", "He2(z1)+He2(z2)", "--json"],
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "theory", "sie", "He2(z1)+He2(z2)", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["sie"] == 2
-    bad = subprocess.run([sys.executable, "-m", "theory", "sie", "z1 +* ("],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "theory", "sie", "z1 +* ("],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().startswith("theory sie: error:")
 

@@ -38,8 +38,13 @@ def test_analytic_gradient_matches_finite_differences():
     Q = np.random.default_rng(2).standard_normal(40) * 0.8 + 0.3
     _, g = risk(Q, pb.train, 0.01)
     eps = 1e-6
-    fd = np.array([(risk(Q + eps * e, pb.train, 0.01)[0] - risk(Q - eps * e, pb.train, 0.01)[0])
-                   / (2 * eps) for e in np.eye(40)])
+    fd = np.array(
+        [
+            (risk(Q + eps * e, pb.train, 0.01)[0] - risk(Q - eps * e, pb.train, 0.01)[0])
+            / (2 * eps)
+            for e in np.eye(40)
+        ]
+    )
     # central differences: truncation ~ eps^2 |L'''| ~ 1e-12, rounding ~ 1e-16 |L| / eps ~ 1e-10
     np.testing.assert_allclose(g, fd, atol=1e-8 * np.abs(g).max() + 1e-9)
 
@@ -56,7 +61,7 @@ def test_sample_hessian_matches_finite_differences():
     for k in range(2):
         dh = np.zeros(2)
         dh[k] = eps
-        fd = (sample_loss_grad(h + dh, kap, a, b, 0)[1] - sample_loss_grad(h - dh, kap, a, b, 0)[1])
+        fd = sample_loss_grad(h + dh, kap, a, b, 0)[1] - sample_loss_grad(h - dh, kap, a, b, 0)[1]
         np.testing.assert_allclose(H[:, :, k], fd / (2 * eps), atol=1e-7)
     # gradient of the loss itself
     for k in range(2):
@@ -137,12 +142,24 @@ def test_simulate_gd_result_fields_and_seed_sharing():
     assert r1.eps_g_err > 0
 
 
-@pytest.mark.parametrize("kw", [dict(alpha=0), dict(omega=1.5), dict(sigma=0), dict(lam=-1),
-                                dict(A=[[0.5, 0.6], [0.4, 0.4]]), dict(init="nope"),
-                                dict(d=1), dict(lr=-0.1), dict(method="adam")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(alpha=0),
+        dict(omega=1.5),
+        dict(sigma=0),
+        dict(lam=-1),
+        dict(A=[[0.5, 0.6], [0.4, 0.4]]),
+        dict(init="nope"),
+        dict(d=1),
+        dict(lr=-0.1),
+        dict(method="adam"),
+    ],
+)
 def test_bad_input(kw):
     args = dict(alpha=1.0, omega=0.3, d=20, init="semantic")
     args.update(kw)
     with pytest.raises(ValueError):
-        simulate_gd(args.pop("alpha"), args.pop("omega"), args.pop("d"), args.pop("init"),
-                    n_test=10, **args)
+        simulate_gd(
+            args.pop("alpha"), args.pop("omega"), args.pop("d"), args.pop("init"), n_test=10, **args
+        )

@@ -13,8 +13,10 @@ P = ps.ERMParams()
 
 def _objective_grid(w, t, V, s2, n=301):
     """Dense grid over the disk |x - w| <= sqrt(2 V ℓ(w)) that contains every minimiser."""
-    lw = s2 * ((1 / (1 + np.exp(-w[0] * (w[0] - w[1]))) - t[0]) ** 2
-               + (1 / (1 + np.exp(-w[1] * (w[1] - w[0]))) - t[1]) ** 2)
+    lw = s2 * (
+        (1 / (1 + np.exp(-w[0] * (w[0] - w[1]))) - t[0]) ** 2
+        + (1 / (1 + np.exp(-w[1] * (w[1] - w[0]))) - t[1]) ** 2
+    )
     R = math.sqrt(2 * V * lw) + 1e-9
     g = np.linspace(-R, R, n)
     X1, X2 = np.meshgrid(w[0] + g, w[1] + g, indexing="ij")
@@ -76,8 +78,18 @@ def test_abandoning_descents_that_merge_into_a_known_minimum_changes_no_minimise
     for i in range(n):
         x1, x2, f, _ = K.prox_point(w[i, 0], w[i, 1], t[i, 0], t[i, 1], V[i], 0.25)
         z1, z2 = K.zero_loss_point(t[i, 0], t[i, 1])
-        best = min(K.newton(*K.start_point(k, w[i, 0], w[i, 1], z1, z2), w[i, 0], w[i, 1],
-                            t[i, 0], t[i, 1], V[i], 0.25)[2] for k in range(K.N_STARTS))
+        best = min(
+            K.newton(
+                *K.start_point(k, w[i, 0], w[i, 1], z1, z2),
+                w[i, 0],
+                w[i, 1],
+                t[i, 0],
+                t[i, 1],
+                V[i],
+                0.25,
+            )[2]
+            for k in range(K.N_STARTS)
+        )
         worse += f > best + 1e-13 * (1 + abs(best))
     assert worse == 0
 
@@ -161,12 +173,19 @@ def test_loss_matches_full_matrix_reference_and_gradient():
     np.testing.assert_allclose(nb, ps.loss(x, h, P), atol=1e-15)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(sigma=0.0), "sigma"), (dict(sigma=-1), "sigma"), (dict(lam=-0.1), "lam"),
-    (dict(omega=1.5), "omega"), (dict(omega=-0.1), "omega"),
-    (dict(A=[[0.6, 0.5], [0.4, 0.6]]), "row-stochastic"), (dict(A=[[1.0]]), "2x2"),
-    (dict(A=[[1.2, -0.2], [0.4, 0.6]]), "row-stochastic"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(sigma=0.0), "sigma"),
+        (dict(sigma=-1), "sigma"),
+        (dict(lam=-0.1), "lam"),
+        (dict(omega=1.5), "omega"),
+        (dict(omega=-0.1), "omega"),
+        (dict(A=[[0.6, 0.5], [0.4, 0.6]]), "row-stochastic"),
+        (dict(A=[[1.0]]), "2x2"),
+        (dict(A=[[1.2, -0.2], [0.4, 0.6]]), "row-stochastic"),
+    ],
+)
 def test_params_validation(kw, match):
     with pytest.raises(ValueError, match=match):
         ps.ERMParams(**kw)
@@ -188,10 +207,14 @@ def test_linear_baseline_against_adaptive_quadrature():
     from scipy.special import expit
 
     rho = P.rho
+
     # E[S11^k] with h ~ N(0, rho I_2), directly in (h1, h2) with scipy's adaptive dblquad
     def mom(k):
-        f = lambda h2, h1: expit(h1 * (h1 - h2)) ** k * math.exp(-(h1**2 + h2**2) / (2 * rho)) \
+        f = lambda h2, h1: (
+            expit(h1 * (h1 - h2)) ** k
+            * math.exp(-(h1**2 + h2**2) / (2 * rho))
             / (2 * math.pi * rho)
+        )
         L = 12 * math.sqrt(rho)
         return integrate.dblquad(f, -L, L, -L, L, epsabs=1e-13, epsrel=1e-12)[0]
 

@@ -98,8 +98,12 @@ def test_phi_is_stationary_at_the_fixed_point(which, request):
     # difference has O(step²) ~ 1e-8 error; the rest is quadrature consistency).
     r = request.getfixturevalue(which)
     grads, o, h = _phi_grad(r, COARSE)
-    scale = {"q": abs(h["Vhat"]), "m": abs(h["mhat"]), "theta": abs(h["thetahat"]),
-             "V": abs(h["qhat"])}
+    scale = {
+        "q": abs(h["Vhat"]),
+        "m": abs(h["mhat"]),
+        "theta": abs(h["thetahat"]),
+        "V": abs(h["qhat"]),
+    }
     for k, g in grads.items():
         assert abs(g) <= 1e-3 * scale[k], (k, g, scale[k])
 
@@ -141,8 +145,17 @@ def test_trivial_branch_stays_trivial():
 
 @pytest.mark.slow
 def test_damped_iteration_agrees_with_anderson(fp_sem):
-    r = ps.fixed_point(2.0, P, "semantic", rule=COARSE, coarse=False, accel="none",
-                       mixing=0.5, tol=1e-8, max_iter=400)
+    r = ps.fixed_point(
+        2.0,
+        P,
+        "semantic",
+        rule=COARSE,
+        coarse=False,
+        accel="none",
+        mixing=0.5,
+        tol=1e-8,
+        max_iter=400,
+    )
     assert r.status == "converged"
     for k in ("q", "theta", "V"):
         assert getattr(r, k) == pytest.approx(getattr(fp_sem, k), rel=1e-6)
@@ -215,8 +228,14 @@ def test_trapezoid_eta_rule_is_symmetric_and_integrates_gaussian_moments():
     from theory.gauss import gh_rule
 
     g = lambda z: 1 / (1 + np.exp(-z * (z - 1.0)))
-    ref = quad(lambda z: g(z) * np.exp(-z * z / 2) / math.sqrt(2 * math.pi), -12, 12,
-               epsabs=1e-14, epsrel=1e-13, limit=200)[0]
+    ref = quad(
+        lambda z: g(z) * np.exp(-z * z / 2) / math.sqrt(2 * math.pi),
+        -12,
+        12,
+        epsabs=1e-14,
+        epsrel=1e-13,
+        limit=200,
+    )[0]
     x, w = ps.eta_rule(ps.make_rule("split", h=0.35))
     xg, wg = gh_rule(len(x))
     assert abs((w * g(x)).sum() - ref) < 1e-9

@@ -21,7 +21,7 @@ def _hard_cases(n, seed):
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, 2)) * 1.5
     w[: n // 4, 1] = w[: n // 4, 0] + rng.normal(0, 0.05, n // 4)  # near the valley x1 = x2
-    w[n // 4: n // 2] *= 0.1  # near the saddle at the origin
+    w[n // 4 : n // 2] *= 0.1  # near the saddle at the origin
     V = np.exp(rng.uniform(np.log(0.1), np.log(30), n))  # GAMP meets V ~ 10-20
     kap = rng.uniform(0.2, 0.3, n)  # exact channel: kappa = |delta|^2/(2d) ~ sigma^2
     a = rng.uniform(-0.05, 1.05, n)  # a*, b* of the exact channel can leave [0, 1] slightly
@@ -34,15 +34,21 @@ def test_prox_is_the_global_minimum():
     w, V, kap, a, b = _hard_cases(n, 0)
     p = prox(w, V, kap, a, b)
     for i in range(n):
+
         def f(x, i=i):
             return ((x - w[i]) ** 2).sum() / (2 * V[i]) + _phi(x[None], kap[i], a[i], b[i])[0]
+
         # brute force: dense grid over the disk that must contain every minimiser, then polish
         R = np.sqrt(2 * V[i] * _phi(w[i][None], kap[i], a[i], b[i])[0]) + 1e-9
         u = np.linspace(-R, R, 161)
         P = np.stack(np.meshgrid(u, u), -1).reshape(-1, 2) + w[i]
         F = ((P - w[i]) ** 2).sum(-1) / (2 * V[i]) + _phi(P, kap[i], a[i], b[i])
-        r = minimize(f, P[np.argmin(F)], method="Nelder-Mead",
-                     options=dict(xatol=1e-12, fatol=1e-15, maxiter=5000))
+        r = minimize(
+            f,
+            P[np.argmin(F)],
+            method="Nelder-Mead",
+            options=dict(xatol=1e-12, fatol=1e-15, maxiter=5000),
+        )
         assert p.value[i] <= min(r.fun, F.min()) + 1e-12, (i, p.value[i], r.fun)
         assert p.value[i] == pytest.approx(f(p.x[i]), rel=1e-14)
 
@@ -106,8 +112,13 @@ def test_fd_divergence_is_the_jacobian_where_the_prox_is_smooth():
 
 # Replica positional fixed point at alpha = 2, omega = 0.3 (E1's fixed_point, split rule, tol
 # 1e-8, diagnostics=True): q, m, V, Vhat (Stein form: jumps included), mean per-sample Jacobian.
-POS_FP = dict(q=0.05107055450144431, m=0.2582291245344698, V=11.368784372309456,
-              Vhat=0.047960151876043605, Vhat_jac=0.05158300437424897)
+POS_FP = dict(
+    q=0.05107055450144431,
+    m=0.2582291245344698,
+    V=11.368784372309456,
+    Vhat=0.047960151876043605,
+    Vhat_jac=0.05158300437424897,
+)
 
 
 def test_fd_divergence_recovers_the_full_divergence_on_the_positional_branch():
@@ -123,8 +134,7 @@ def test_fd_divergence_recovers_the_full_divergence_on_the_positional_branch():
     w = np.sqrt(fp["q"]) * rng.standard_normal((n, 2)) + np.array([1.0, -1.0]) * fp["m"]
     t = ps.teacher_diag(0.5 * rng.standard_normal((n, 2)), ps.ERMParams(omega=0.3))
     px = prox(w, fp["V"], 0.25, t[:, 0], t[:, 1])
-    div, switched = fd_divergence(w, fp["V"], 0.25, t[:, 0], t[:, 1], default_fd_delta(n),
-                                  px=px)
+    div, switched = fd_divergence(w, fp["V"], 0.25, t[:, 0], t[:, 1], default_fd_delta(n), px=px)
     jac = (np.trace(px.jac, axis1=1, axis2=2) - 2) / fp["V"]
     assert abs(-alpha * div.mean() / fp["Vhat"] - 1) < 0.045
     assert -alpha * jac.mean() / fp["Vhat"] - 1 > 0.05
@@ -136,8 +146,19 @@ def test_gamp_fixed_point_is_a_stationary_point_of_the_risk(init):
     # exact finite-d channel: at a fixed point lam Q = -grad sum_mu l_mu, so GD does not move
     alpha, d = 2.0 if init == "semantic" else 1.0, 150
     pb = make_problem(alpha, 0.3, d, seed=0, n_test=200)
-    r, Q = run_gamp(alpha, 0.3, d, init, 0, problem=pb, mixing=0.3, V0=10.0, max_iter=400,
-                    tol=1e-7, return_weights=True)
+    r, Q = run_gamp(
+        alpha,
+        0.3,
+        d,
+        init,
+        0,
+        problem=pb,
+        mixing=0.3,
+        V0=10.0,
+        max_iter=400,
+        tol=1e-7,
+        return_weights=True,
+    )
     assert r.status == "converged", r.message
     L, g = risk(Q, pb.train, 0.01)
     assert np.linalg.norm(g) / np.sqrt(d) < 1e-6  # undamped relative change 1e-7 -> tiny grad
@@ -171,11 +192,26 @@ def test_two_time_state_evolution_undamped_equals_the_replica_map():
     # start Q0 = Q*, two iterations.  Monte Carlo error of the population (n_pop = 40000
     # samples x 2 tokens): relative ~ 1/sqrt(8e4) ~ 0.4 % per hat; allow 2.5 % (~5 s.e.).
     alpha, omega, V0 = 2.0, 0.3, 10.0
-    se = state_evolution(alpha, omega, 2, gram=large_d_gram("semantic"), V0=V0, mixing=1.0,
-                         n_pop=40_000, rng=5, divergence="stein").history
+    se = state_evolution(
+        alpha,
+        omega,
+        2,
+        gram=large_d_gram("semantic"),
+        V0=V0,
+        mixing=1.0,
+        n_pop=40_000,
+        rng=5,
+        divergence="stein",
+    ).history
     ps = pytest.importorskip("theory.models.positional_semantic")
-    one = state_evolution_onetime(dict(q=0.25, m=0.0, theta=0.25, V=V0), alpha, omega, 2,
-                                  mixing=1.0, rule=ps.make_rule("split", 8, n_r=12, n_phi=16))
+    one = state_evolution_onetime(
+        dict(q=0.25, m=0.0, theta=0.25, V=V0),
+        alpha,
+        omega,
+        2,
+        mixing=1.0,
+        rule=ps.make_rule("split", 8, n_r=12, n_phi=16),
+    )
     for t in (1, 2):
         for k in ("q", "theta", "V"):
             assert se[k][t] == pytest.approx(one[k][t], rel=0.025), (t, k)
@@ -189,12 +225,22 @@ def test_damped_one_time_map_is_not_the_state_evolution_of_damped_gamp():
     # q1 = mixing^2 q_new + (1-mixing)^2 q0 + 2 mixing(1-mixing) theta_new (sigma^2 Qnew.Q*/d =
     # theta_new), computed here independently from E1's undamped map.
     alpha, omega, V0, mix = 2.0, 0.3, 10.0, 0.3
-    se = state_evolution(alpha, omega, 1, gram=large_d_gram("semantic"), V0=V0, mixing=mix,
-                         n_pop=40_000, rng=6, divergence="stein").history
+    se = state_evolution(
+        alpha,
+        omega,
+        1,
+        gram=large_d_gram("semantic"),
+        V0=V0,
+        mixing=mix,
+        n_pop=40_000,
+        rng=6,
+        divergence="stein",
+    ).history
     ps = pytest.importorskip("theory.models.positional_semantic")
     rule = ps.make_rule("split", 8, n_r=12, n_phi=16)
-    und = state_evolution_onetime(dict(q=0.25, m=0.0, theta=0.25, V=V0), alpha, omega, 1,
-                                  mixing=1.0, rule=rule)
+    und = state_evolution_onetime(
+        dict(q=0.25, m=0.0, theta=0.25, V=V0), alpha, omega, 1, mixing=1.0, rule=rule
+    )
     qn, thn = und["q"][1], und["theta"][1]  # the undamped new iterate Qnew
     # sigma^2 Qnew.Q0/d with Q0 = Q*: only the Q* component of Qnew overlaps Q0 -> = thn
     q_two_time = mix**2 * qn + (1 - mix) ** 2 * 0.25 + 2 * mix * (1 - mix) * thn
@@ -216,17 +262,40 @@ def test_damped_gamp_tracks_its_two_time_state_evolution():
     # scatters by ~35 %); plus the shrinking from d = 250 to d = 1000 for V and m, whose
     # measured ratios (2.9, 1.8) are far from 1.
     alpha, omega, T = 2.0, 0.3, 30
-    se = state_evolution(alpha, omega, T, gram=large_d_gram("semantic"), V0=10.0, mixing=0.3,
-                         n_pop=100_000, rng=11, divergence="jacobian").history
+    se = state_evolution(
+        alpha,
+        omega,
+        T,
+        gram=large_d_gram("semantic"),
+        V0=10.0,
+        mixing=0.3,
+        n_pop=100_000,
+        rng=11,
+        divergence="jacobian",
+    ).history
     rms = {}
     for d in (250, 1000):
         dev = []
         for seed in range(4):
-            h = run_gamp(alpha, omega, d, "semantic", seed, mixing=0.3, max_iter=T, tol=0.0,
-                         V0=10.0, channel="effective", prox_mode="global", n_test=2,
-                         divergence="jacobian", restarts=0).history
-            dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
-                        h["V"] / se["V"] - 1])
+            h = run_gamp(
+                alpha,
+                omega,
+                d,
+                "semantic",
+                seed,
+                mixing=0.3,
+                max_iter=T,
+                tol=0.0,
+                V0=10.0,
+                channel="effective",
+                prox_mode="global",
+                n_test=2,
+                divergence="jacobian",
+                restarts=0,
+            ).history
+            dev.append(
+                [h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"], h["V"] / se["V"] - 1]
+            )
         dev = np.array(dev)[:, :, 1:]
         rms[d] = np.sqrt((dev**2).mean(0)).max(1)  # (q, m, theta, V)
     c = np.array([0.18, 0.4, 0.18, 1.6])  # 2 x the measured c (V: relative)
@@ -250,17 +319,41 @@ def test_positional_gamp_with_the_full_divergence_stays_near_its_state_evolution
     # branch gives theta ~ 0.15, m ~ 0.01), and the V and m deviations smaller at d = 2000
     # than at d = 250 (measured ratios 0.56 and 0.73).
     alpha, omega, T, m0, V0, mix = 2.0, 0.3, 60, 0.26, 11.0, 0.15
-    se = state_evolution(alpha, omega, T, gram=large_d_gram("positional", m0=m0), V0=V0,
-                         mixing=mix, n_pop=200_000, rng=123, divergence="fd").history
+    se = state_evolution(
+        alpha,
+        omega,
+        T,
+        gram=large_d_gram("positional", m0=m0),
+        V0=V0,
+        mixing=mix,
+        n_pop=200_000,
+        rng=123,
+        divergence="fd",
+    ).history
     rms = {}
     for d in (250, 2000):
         dev = []
         for seed in range(4):
-            h = run_gamp(alpha, omega, d, "positional", seed, mixing=mix, max_iter=T, tol=0.0,
-                         V0=V0, channel="effective", prox_mode="global", divergence="fd",
-                         Q0=np.full(d, m0), n_test=2, restarts=0).history
-            dev.append([h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"],
-                        h["V"] / se["V"] - 1])
+            h = run_gamp(
+                alpha,
+                omega,
+                d,
+                "positional",
+                seed,
+                mixing=mix,
+                max_iter=T,
+                tol=0.0,
+                V0=V0,
+                channel="effective",
+                prox_mode="global",
+                divergence="fd",
+                Q0=np.full(d, m0),
+                n_test=2,
+                restarts=0,
+            ).history
+            dev.append(
+                [h["q"] - se["q"], h["m"] - se["m"], h["theta"] - se["theta"], h["V"] / se["V"] - 1]
+            )
         rms[d] = np.sqrt((np.array(dev)[:, :, 1:] ** 2).mean(0)).max(1)
     assert np.all(rms[2000] < 1.5 * np.array([0.0037, 0.0069, 0.0078, 0.048])), rms
     assert rms[2000][3] < rms[250][3] and rms[2000][1] < rms[250][1], rms
@@ -276,13 +369,23 @@ def test_stalled_positional_instance_converges_after_restarts():
     # restarts (mixing 0.2 -> 0.1 -> 0.05 from the initial state) it converges (measured: 773
     # iterations in all) to a stationary point of the empirical risk with stability < 1.
     pb = make_problem(2.0, 0.3, 400, seed=0, n_test=200)
-    stuck = run_gamp(2.0, 0.3, 400, "positional", 0, problem=pb, mixing=0.2, restarts=0,
-                     divergence="jacobian")
+    stuck = run_gamp(
+        2.0, 0.3, 400, "positional", 0, problem=pb, mixing=0.2, restarts=0, divergence="jacobian"
+    )
     assert stuck.status == "max_iter" and stuck.stability > 1
     assert stuck.metadata["stability_max"] > 0.3 * stuck.stability  # one sample dominates
     assert max(stuck.metadata["stability_max_eigs"]) > 5  # non-convex basin near its fold
-    r, Q = run_gamp(2.0, 0.3, 400, "positional", 0, problem=pb, mixing=0.2,
-                    divergence="jacobian", return_weights=True)
+    r, Q = run_gamp(
+        2.0,
+        0.3,
+        400,
+        "positional",
+        0,
+        problem=pb,
+        mixing=0.2,
+        divergence="jacobian",
+        return_weights=True,
+    )
     assert r.status == "converged", r.message
     assert len(r.metadata["restarts"]) >= 1 and r.metadata["mixing_final"] < 0.2
     assert r.stability < 1

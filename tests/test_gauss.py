@@ -129,8 +129,9 @@ def test_hermite_correlated_pairs(rho):
     jk = [(j, k) for j in range(5) for k in range(5)]
 
     def f(z):
-        return np.stack([he(z[:, 0], [0] * j + [1]) * he(z[:, 1], [0] * k + [1])
-                         for j, k in jk], axis=1)
+        return np.stack(
+            [he(z[:, 0], [0] * j + [1]) * he(z[:, 1], [0] * k + [1]) for j, k in jk], axis=1
+        )
 
     ref = np.array([(j == k) * math.factorial(k) * rho**k for j, k in jk])
     e = expect(f, None, C, method="gh", n=6)
@@ -150,8 +151,14 @@ def test_hermite_pairs_embedded_in_6d():
     u /= np.linalg.norm(R.T @ u)
     v /= np.linalg.norm(R.T @ v)
     rho = float(u @ C @ v)
-    f = lambda z: np.stack([(z @ u) ** 2 - 1, ((z @ u) ** 2 - 1) * ((z @ v) ** 2 - 1),
-                            (z @ u) * (z @ v) ** 3 - 3 * (z @ u) * (z @ v)], axis=1)
+    f = lambda z: np.stack(
+        [
+            (z @ u) ** 2 - 1,
+            ((z @ u) ** 2 - 1) * ((z @ v) ** 2 - 1),
+            (z @ u) * (z @ v) ** 3 - 3 * (z @ u) * (z @ v),
+        ],
+        axis=1,
+    )
     ref = np.array([0.0, 2 * rho**2, 0.0])
     e = expect(f, None, C, method="gh", n=4)
     np.testing.assert_allclose(e.value, ref, atol=1e-11)
@@ -244,8 +251,10 @@ def test_mc_numba_vs_gh_and_numpy():
     # both estimators of the same variance: standard errors agree to a few percent
     assert mc.error == pytest.approx(ref.error, rel=0.05)
     # reproducible for a given seed
-    assert expect(_smooth_jit, mu, C, method="mc", n=50_000, rng=11).value == \
+    assert (
         expect(_smooth_jit, mu, C, method="mc", n=50_000, rng=11).value
+        == expect(_smooth_jit, mu, C, method="mc", n=50_000, rng=11).value
+    )
     # auto picks the numba path for a jitted f
     assert expect(_smooth_jit, mu, C, n=10_000, rng=1).method == "mc"
 

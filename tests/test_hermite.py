@@ -104,8 +104,10 @@ def test_parse_variable_outside_L():
 
 
 def test_njit_func_matches_numpy():
-    t = parse_target("tanh(z1)*z2 + relu(z1 - z2) + sign(z2) + Heaviside(z1) + erf(z2)/2 + "
-                     "softmax(2, z1*z1, z1*z2) + He3(z2)")
+    t = parse_target(
+        "tanh(z1)*z2 + relu(z1 - z2) + sign(z2) + Heaviside(z1) + erf(z2)/2 + "
+        "softmax(2, z1*z1, z1*z2) + He3(z2)"
+    )
     rng = np.random.default_rng(0)
     z = rng.standard_normal((50, 2))
     z[0] = [0.0, 0.0]  # sign(0) = 0, Heaviside(0) = 1/2 in both
@@ -204,8 +206,9 @@ def test_products_distinct_variables(a, b):
     # every index tuple with a ones and b twos has a! b! / (a+b)!
     idx = (0,) * a + (1,) * b
     for perm in set(itertools.permutations(idx)):
-        assert C[perm] == pytest.approx(math.factorial(a) * math.factorial(b)
-                                        / math.factorial(a + b), rel=1e-14)
+        assert C[perm] == pytest.approx(
+            math.factorial(a) * math.factorial(b) / math.factorial(a + b), rel=1e-14
+        )
     assert np.count_nonzero(C) == math.comb(a + b, a)
 
 
@@ -231,8 +234,13 @@ def _cayley(A):
 
 def test_rotation_covariance():
     # C_k(g o R)[i..] = sum_j C_k(g)[j..] prod_m R[j_m, i_m]   for g(Rz), R orthogonal
-    A = sp.Matrix([[0, sp.Rational(1, 2), -1], [-sp.Rational(1, 2), 0, sp.Rational(1, 3)],
-                   [1, -sp.Rational(1, 3), 0]])
+    A = sp.Matrix(
+        [
+            [0, sp.Rational(1, 2), -1],
+            [-sp.Rational(1, 2), 0, sp.Rational(1, 3)],
+            [1, -sp.Rational(1, 3), 0],
+        ]
+    )
     R = _cayley(A)
     assert sp.simplify(R.T * R) == sp.eye(3)
     zs = sp.symbols("z1:4", real=True)
@@ -346,8 +354,10 @@ def test_tanh_against_mpmath():
     mpmath.mp.dps = 30
     for k in range(8):
         hek = sp.lambdify(sp.Symbol("x"), sp.hermite_prob(k, sp.Symbol("x")), "mpmath")
-        ref = mpmath.quad(lambda x, hek=hek: mpmath.tanh(x) * hek(x) * mpmath.npdf(x),
-                          [-mpmath.inf, 0, mpmath.inf]) / math.factorial(k)
+        ref = mpmath.quad(
+            lambda x, hek=hek: mpmath.tanh(x) * hek(x) * mpmath.npdf(x),
+            [-mpmath.inf, 0, mpmath.inf],
+        ) / math.factorial(k)
         assert a[k] == pytest.approx(float(ref), abs=1e-10)
     rep = analyze("tanh(z1)")
     assert rep.sie == 1 and rep.even_sie is None and not rep.exact and rep.tolerance < 1e-9
@@ -356,14 +366,15 @@ def test_tanh_against_mpmath():
 def test_exp_and_erf_closed_forms():
     a, exact = _c1d("exp(z1)", 6)  # E[e^z He_k] = e^{1/2}  (exact: Gaussian shift)
     assert exact
-    np.testing.assert_allclose(a, [math.exp(0.5) / math.factorial(k) for k in range(7)],
-                               rtol=1e-14)
+    np.testing.assert_allclose(a, [math.exp(0.5) / math.factorial(k) for k in range(7)], rtol=1e-14)
     # cos(c z): E[cos(cz) He_k] = Re(i^k) c^k e^{-c^2/2}; sin: Im(i^k) c^k e^{-c^2/2}
     c = 1.5
     a, exact = _c1d("cos(3*z1/2) + sin(3*z1/2)", 6)
     assert exact
-    ref = [((1j**k).real + (1j**k).imag) * c**k * math.exp(-c * c / 2) / math.factorial(k)
-           for k in range(7)]
+    ref = [
+        ((1j**k).real + (1j**k).imag) * c**k * math.exp(-c * c / 2) / math.factorial(k)
+        for k in range(7)
+    ]
     np.testing.assert_allclose(a, ref, rtol=1e-13, atol=1e-16)
     a, _ = _c1d("erf(2*z1)", 3)  # E[erf(c z) z] = 2c / sqrt(pi (1 + 2c^2))
     assert a[1] == pytest.approx(4 / math.sqrt(math.pi * 9), rel=1e-11)
@@ -395,9 +406,16 @@ def test_nonseparable_gauss_hermite_against_mc():
     t = parse_target(expr)
     Cs, exact = hermite_tensors(t, max_order=2)
     assert not exact
-    e = expect(lambda z: t.func(z)[:, None] * np.stack(
-        [z[:, 0], z[:, 1], (z[:, 0] ** 2 - 1) / 2, z[:, 0] * z[:, 1] / 2], axis=1),
-        dim=2, method="mc", n=400_000, rng=3)
+    e = expect(
+        lambda z: (
+            t.func(z)[:, None]
+            * np.stack([z[:, 0], z[:, 1], (z[:, 0] ** 2 - 1) / 2, z[:, 0] * z[:, 1] / 2], axis=1)
+        ),
+        dim=2,
+        method="mc",
+        n=400_000,
+        rng=3,
+    )
     ref = np.asarray(e.value)
     err = np.asarray(e.error)
     got = np.array([Cs[1][0], Cs[1][1], Cs[2][0, 0], Cs[2][0, 1]])
@@ -433,7 +451,7 @@ def test_op_norm_orders():
 def test_op_norm_estimate_against_brute_force():
     # z1 z2 z3: C_3 = sym(e1 e2 e3)/... ; max_u 6 * (1/6) u1 u2 u3 = 3^{-3/2}
     rep = analyze("z1*z2*z3")
-    assert rep.op_norm == pytest.approx(3 ** -1.5, rel=1e-9)
+    assert rep.op_norm == pytest.approx(3**-1.5, rel=1e-9)
     assert not rep.op_norm_exact  # labelled an estimate
     # random symmetric 3-tensor in 2-D: compare with a dense scan of the circle
     rng = np.random.default_rng(5)
@@ -448,8 +466,18 @@ def test_op_norm_estimate_against_brute_force():
 # --------------------------------------------------------------------------- symbolic vs numeric
 
 
-@pytest.mark.parametrize("expr", ["Max(x, 0)", "Abs(x)", "sign(x)", "Abs(x - 1/3)",
-                                  "Max(x**2 - 1, 0)", "Min(Abs(x), 1)", "Max(x, 0)*Max(1 - x, 0)"])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "Max(x, 0)",
+        "Abs(x)",
+        "sign(x)",
+        "Abs(x - 1/3)",
+        "Max(x**2 - 1, 0)",
+        "Min(Abs(x), 1)",
+        "Max(x, 0)*Max(1 - x, 0)",
+    ],
+)
 def test_numerical_path_agrees_with_exact_piecewise(expr):
     # the adaptive-quadrature path (used for non-piecewise-polynomial functions), forced on
     # piecewise polynomials, against their exact sympy coefficients; tolerance: 1e-10 absolute
@@ -508,8 +536,7 @@ def test_tied_drift_normalisation_identity():
     cov = np.block([[np.eye(2), m * np.eye(2)], [m * np.eye(2), np.eye(2)]])
     he = np.polynomial.hermite_e.hermeval
     for k in (1, 2, 3):
-        f = lambda x, k=k: t.func(x[:, :2]) * he(x[:, 2:].sum(axis=1) / math.sqrt(L),
-                                                  [0] * k + [1])
+        f = lambda x, k=k: t.func(x[:, :2]) * he(x[:, 2:].sum(axis=1) / math.sqrt(L), [0] * k + [1])
         val = expect(f, None, cov, method="gh", n=6).value
         ref = math.factorial(k) * m**k * L ** (-k / 2) * float(np.sum(Cs[k]))
         assert val == pytest.approx(ref, rel=1e-10, abs=1e-12)

@@ -23,8 +23,9 @@ def small_data():
 @pytest.fixture(scope="module")
 def quick_models(small_data):
     """Both restricted variants trained on 2100 sequences for 15 epochs (a few s each)."""
-    return {v: H.train(small_data, v, 15, seed=0, progress=False)
-            for v in ("semantic", "positional")}
+    return {
+        v: H.train(small_data, v, 15, seed=0, progress=False) for v in ("semantic", "positional")
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -104,8 +105,10 @@ def test_gradient_matches_finite_differences(variant, seed, small_data):
             e[sl.start + i] = 1.0
             dirs.append(e)
         for d in dirs:
-            fd = (H.loss_only(theta + h * d, xb, yb, variant)
-                  - H.loss_only(theta - h * d, xb, yb, variant)) / (2 * h)
+            fd = (
+                H.loss_only(theta + h * d, xb, yb, variant)
+                - H.loss_only(theta - h * d, xb, yb, variant)
+            ) / (2 * h)
             an = float(g @ d)
             # central differences: truncation ~ h^2 |f'''| ~ 1e-12, round-off ~ 1e-16 |f| / h
             # ~ 3e-10; 1e-7 absolute leaves room, and is far below typical |an| ~ 1e-3..1
@@ -165,8 +168,9 @@ def test_embed_restricted_keeps_the_function(quick_models, small_data):
         th = res.theta.astype(np.float64)
         emb = H.embed_restricted(th, v)
         xb, yb = small_data.x_val[:200], small_data.y_val[:200]
-        np.testing.assert_allclose(H.loss_only(emb, xb, yb, "both"),
-                                   H.loss_only(th, xb, yb, v), rtol=1e-12)
+        np.testing.assert_allclose(
+            H.loss_only(emb, xb, yb, "both"), H.loss_only(th, xb, yb, v), rtol=1e-12
+        )
         hidden = H.qk_mask(v) == 0
         assert np.all(H.unpack(emb)["Wq"][hidden] == 0)
 
@@ -227,8 +231,9 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, small_data):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        H.train(data, "positional", 4, seed=7, checkpoint=tmp_path, progress=False,
-                callback=interrupt)
+        H.train(
+            data, "positional", 4, seed=7, checkpoint=tmp_path, progress=False, callback=interrupt
+        )
     files = list(tmp_path.glob("*.npz"))
     assert len(files) == 1 and H.load_checkpoint(files[0])["epoch"] == 2
     resumed = H.train(data, "positional", 4, seed=7, checkpoint=tmp_path, progress=False)
@@ -240,8 +245,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, small_data):
     again = H.train(data, "positional", 4, seed=7, checkpoint=tmp_path, progress=False)
     np.testing.assert_array_equal(again.theta, full.theta)
     # a different configuration with the same name pattern does not silently mix
-    other = H.train(data, "positional", 1, seed=7, lr=2e-3, checkpoint=tmp_path,
-                    progress=False)
+    other = H.train(data, "positional", 1, seed=7, lr=2e-3, checkpoint=tmp_path, progress=False)
     assert other.epochs == 1 and len(list(tmp_path.glob("*.npz"))) == 2
 
 
@@ -283,8 +287,7 @@ def test_blas_threads_restores_setting():
 
 def test_stationarity_distances(quick_models, small_data):
     data = small_data.subset(600, 300)
-    res = H.stationarity(quick_models["semantic"], data, retrain_epochs=1, seed=0,
-                         progress=False)
+    res = H.stationarity(quick_models["semantic"], data, retrain_epochs=1, seed=0, progress=False)
     # the perturbation is 1e-3 * chi_N with N = 22955 parameters: sd/mean = 1/sqrt(2N) = 0.5%
     assert res.distance_perturbation == pytest.approx(1e-3 * np.sqrt(H.N_PARAMS), rel=0.03)
     init = quick_models["semantic"].init_theta.astype(np.float64)
@@ -292,8 +295,7 @@ def test_stationarity_distances(quick_models, small_data):
     assert res.distance_init_to_frozen == pytest.approx(np.linalg.norm(init - frozen))
     # 19 SGD steps of lr 1e-3 move the parameters far less than training did
     assert 0 < res.distance_frozen_to_retrained < 0.1 * res.distance_init_to_frozen
-    assert res.val_accuracy_frozen == pytest.approx(quick_models["semantic"].val_accuracy,
-                                                    abs=0.05)
+    assert res.val_accuracy_frozen == pytest.approx(quick_models["semantic"].val_accuracy, abs=0.05)
     assert set(res.block_distances) == set(H.PARAM_SHAPES)
     # the full-batch gradient equals the mean of per-batch gradients (independent: one batch)
     th = frozen[:]
@@ -321,9 +323,25 @@ def _run_cli(argv, capsys):
 
 
 def test_cli_train_json(capsys, tmp_path):
-    code, out = _run_cli(["histogram", "train", "--variant", "semantic", "--epochs", "2",
-                          "--seed", "1", "--n-sequences", "600", "--checkpoint",
-                          str(tmp_path), "--no-progress", "--json"], capsys)
+    code, out = _run_cli(
+        [
+            "histogram",
+            "train",
+            "--variant",
+            "semantic",
+            "--epochs",
+            "2",
+            "--seed",
+            "1",
+            "--n-sequences",
+            "600",
+            "--checkpoint",
+            str(tmp_path),
+            "--no-progress",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     d = json.loads(out)
     assert {"val_accuracy", "train_accuracy", "epochs", "seconds"} <= set(d)
@@ -331,21 +349,48 @@ def test_cli_train_json(capsys, tmp_path):
 
 
 def test_cli_stationarity_and_attention_maps(capsys, tmp_path):
-    code, out = _run_cli(["histogram", "stationarity", "--variant", "positional", "--epochs",
-                          "1", "--retrain-epochs", "1", "--n-sequences", "400",
-                          "--no-progress", "--json"], capsys)
+    code, out = _run_cli(
+        [
+            "histogram",
+            "stationarity",
+            "--variant",
+            "positional",
+            "--epochs",
+            "1",
+            "--retrain-epochs",
+            "1",
+            "--n-sequences",
+            "400",
+            "--no-progress",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     d = json.loads(out)
     assert {"distance_frozen_to_retrained", "distance_init_to_frozen"} <= set(d)
     fig = tmp_path / "maps.png"
-    code, out = _run_cli(["histogram", "attention-maps", "--epochs", "1", "--n-sequences",
-                          "400", "--no-progress", "--out", str(fig)], capsys)
+    code, out = _run_cli(
+        [
+            "histogram",
+            "attention-maps",
+            "--epochs",
+            "1",
+            "--n-sequences",
+            "400",
+            "--no-progress",
+            "--out",
+            str(fig),
+        ],
+        capsys,
+    )
     assert code in (0, None) and fig.exists() and fig.stat().st_size > 10_000
 
 
 def test_cli_errors(capsys):
-    code, _ = _run_cli(["histogram", "train", "--n-sequences", "3", "--epochs", "1",
-                        "--no-progress"], capsys)
+    code, _ = _run_cli(
+        ["histogram", "train", "--n-sequences", "3", "--epochs", "1", "--no-progress"], capsys
+    )
     assert code == 2
     with pytest.raises(SystemExit) as exc:
         _run_cli(["histogram", "train", "--variant", "causal"], capsys)
@@ -355,8 +400,7 @@ def test_cli_errors(capsys):
 def test_plots_write_files(tmp_path, quick_models):
     from theory.plots import histogram as P
 
-    P.plot_learning_curves({v: [r] for v, r in quick_models.items()},
-                           tmp_path / "lc.png")
+    P.plot_learning_curves({v: [r] for v, r in quick_models.items()}, tmp_path / "lc.png")
     P.plot_attention_maps(quick_models, P.SEQUENCES, tmp_path / "am.png")
     assert (tmp_path / "lc.png").stat().st_size > 10_000
     assert (tmp_path / "am.png").stat().st_size > 10_000

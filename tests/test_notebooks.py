@@ -24,8 +24,11 @@ NB_DIR = ROOT / "notebooks"
 # notebook -> modules of the public API it needs
 NOTEBOOKS = {
     "01-sie-of-a-new-target.ipynb": ["theory.hermite", "theory.gauss"],
-    "02-erm-phase-transition.ipynb": ["theory.models.positional_semantic",
-                                      "theory.simulate.erm_gd", "theory.plots"],
+    "02-erm-phase-transition.ipynb": [
+        "theory.models.positional_semantic",
+        "theory.simulate.erm_gd",
+        "theory.plots",
+    ],
     "03-sgd-dynamics.ipynb": ["theory.models.ssi", "theory.simulate.sgd", "theory.plots"],
 }
 KERNEL = "theory-notebook-test"
@@ -57,16 +60,20 @@ def kernel_name(tmp_path_factory):
     base = tmp_path_factory.mktemp("jupyter")
     spec = base / "kernels" / KERNEL
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "theory (tests)",
-        "language": "python",
-        "env": {"THEORY_NOTEBOOK_QUICK": "1", "MPLBACKEND": INLINE},
-    }))
-    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "THEORY_NOTEBOOK_QUICK",
-                                            "MPLBACKEND")}
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "theory (tests)",
+                "language": "python",
+                "env": {"THEORY_NOTEBOOK_QUICK": "1", "MPLBACKEND": INLINE},
+            }
+        )
+    )
+    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "THEORY_NOTEBOOK_QUICK", "MPLBACKEND")}
     os.environ["JUPYTER_PATH"] = os.pathsep.join(
-        [str(base)] + ([saved["JUPYTER_PATH"]] if saved["JUPYTER_PATH"] else []))
+        [str(base)] + ([saved["JUPYTER_PATH"]] if saved["JUPYTER_PATH"] else [])
+    )
     os.environ["THEORY_NOTEBOOK_QUICK"] = "1"
     os.environ["MPLBACKEND"] = INLINE
     yield KERNEL
@@ -81,8 +88,13 @@ def run_notebook(path: Path, kernel: str, cwd: Path):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, kernel_name=kernel, timeout=900, allow_errors=False,
-                            resources={"metadata": {"path": str(cwd)}})
+    client = NotebookClient(
+        nb,
+        kernel_name=kernel,
+        timeout=900,
+        allow_errors=False,
+        resources={"metadata": {"path": str(cwd)}},
+    )
     client.execute()
     return nb
 
@@ -101,15 +113,17 @@ def _missing(modules):
 SLOW = {"02-erm-phase-transition.ipynb"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in NOTEBOOKS])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in NOTEBOOKS]
+)
 def test_notebook_executes(name, kernel_name, tmp_path):
     missing = _missing(NOTEBOOKS[name])
     if missing:
         pytest.xfail(f"{name} needs modules that are not available yet: {', '.join(missing)}")
     nb = run_notebook(NB_DIR / name, kernel_name, tmp_path)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
     assert not errors
     # the notebook really ran in quick mode (the QUICK cell is the first code cell)
     first = next(c for c in nb.cells if c.cell_type == "code")

@@ -21,8 +21,9 @@ P2REF = ps.ERMParams()
 
 def _o(q, m, theta, V):
     """Overlaps of the general code for the L = 2 reference values (m_ℓ = s_ℓ m)."""
-    return dict(q=np.array([[q]]), m=np.array([[m], [-m]]), theta=np.array([[theta]]),
-                V=np.array([[V]]))
+    return dict(
+        q=np.array([[q]]), m=np.array([[m], [-m]]), theta=np.array([[theta]]), V=np.array([[V]])
+    )
 
 
 # --------------------------------------------------------------------------- parameters
@@ -123,8 +124,12 @@ def test_ridge_step_and_free_energy_reduce_to_L2_algebra():
     q, m, theta, V = 0.2, 0.15, 0.1, 3.0
     # general m̂_ℓ = α E[g_ℓ]; reference m̂ = α E[g_1 - g_2]: any split with m̂1 - m̂2 = mh
     split = rng.uniform()
-    h = dict(qhat=np.array([[qh]]), mhat=np.array([[mh * split], [mh * (split - 1)]]),
-             thetahat=np.array([[th]]), Vhat=np.array([[Vh]]))
+    h = dict(
+        qhat=np.array([[qh]]),
+        mhat=np.array([[mh * split], [mh * (split - 1)]]),
+        thetahat=np.array([[th]]),
+        Vhat=np.array([[Vh]]),
+    )
     o = pg.overlaps_from_hats(h, P2)
     ref = ps.overlaps_from_hats(qh, mh, th, Vh, P2REF)
     assert o["q"][0, 0] == pytest.approx(ref["q"], rel=1e-14)
@@ -134,8 +139,13 @@ def test_ridge_step_and_free_energy_reduce_to_L2_algebra():
     # Φ: the general m enters as Σ m_ℓ m̂_ℓ = m (m̂1 - m̂2)
     EM = 0.0123
     phi = pg.free_energy(2.0, _o(q, m, theta, V), h, EM, P2)
-    phi_ref = ps.free_energy(2.0, dict(q=q, m=m, theta=theta, V=V),
-                             dict(qhat=qh, mhat=mh, thetahat=th, Vhat=Vh), EM, P2REF)
+    phi_ref = ps.free_energy(
+        2.0,
+        dict(q=q, m=m, theta=theta, V=V),
+        dict(qhat=qh, mhat=mh, thetahat=th, Vhat=Vh),
+        EM,
+        P2REF,
+    )
     assert phi == pytest.approx(phi_ref, rel=1e-13)
 
 
@@ -149,8 +159,12 @@ def test_ridge_step_is_the_stationary_point_of_phi_in_the_hats():
         a = rng.standard_normal((k, k))
         return a @ a.T + k * np.eye(k)
 
-    h = dict(qhat=spd(2), mhat=rng.standard_normal((3, 2)),
-             thetahat=rng.standard_normal((2, 2)), Vhat=spd(2))
+    h = dict(
+        qhat=spd(2),
+        mhat=rng.standard_normal((3, 2)),
+        thetahat=rng.standard_normal((2, 2)),
+        Vhat=spd(2),
+    )
     o = pg.overlaps_from_hats(h, p)
     eps = 1e-6
     for k in h:
@@ -162,7 +176,7 @@ def test_ridge_step_is_the_stationary_point_of_phi_in_the_hats():
             if k in ("qhat", "Vhat"):  # symmetric perturbation
                 hp[k][idx[::-1]] = hp[k][idx]
                 hm[k][idx[::-1]] = hm[k][idx]
-            d = (pg.free_energy(1.0, o, hp, 0.0, p) - pg.free_energy(1.0, o, hm, 0.0, p))
+            d = pg.free_energy(1.0, o, hp, 0.0, p) - pg.free_energy(1.0, o, hm, 0.0, p)
             assert abs(d / (2 * eps)) < 1e-7, (k, idx, d / (2 * eps))
 
 
@@ -174,29 +188,47 @@ def test_channel_matches_the_L2_split_rule_within_qmc_error():
     nodes = pg.make_nodes(P2, 2**12, 4, rng=11)
     ch = pg.channel(_o(q, m, 0.0, V), P2, nodes)
     ref = ps.channel(q, m, 0.0, V, P2REF, ps.make_rule("split", 8, n_r=12, n_phi=24))
-    pairs = dict(g2=np.einsum("Raa->R", ch["gg"]), sg=ch["g"][:, 0, 0] - ch["g"][:, 1, 0],
-                 gxi=np.einsum("Raa->R", ch["gxi"]), M=ch["M"], eps_g=ch["eps_g"],
-                 geta=np.einsum("Raa->R", ch["geta"]))
+    pairs = dict(
+        g2=np.einsum("Raa->R", ch["gg"]),
+        sg=ch["g"][:, 0, 0] - ch["g"][:, 1, 0],
+        gxi=np.einsum("Raa->R", ch["gxi"]),
+        M=ch["M"],
+        eps_g=ch["eps_g"],
+        geta=np.einsum("Raa->R", ch["geta"]),
+    )
     for k, reps in pairs.items():
         se = reps.std(ddof=1) / 2
-        assert abs(reps.mean() - ref[k]) < 4 * se + 1e-3 * abs(ref[k]) + 1e-12, \
-            (k, reps.mean(), ref[k], se)
+        assert abs(reps.mean() - ref[k]) < 4 * se + 1e-3 * abs(ref[k]) + 1e-12, (
+            k,
+            reps.mean(),
+            ref[k],
+            se,
+        )
 
 
 @pytest.mark.parametrize("branch", ["semantic", "positional"])
 def test_L2_fixed_point_is_a_fixed_point_of_the_general_map(branch):
     # one application of the general map at the L = 2 code's fixed point returns it within the
     # QMC error (4 SE from 4 scramblings, + the reference's own 1e-3 accuracy); hats agree too
-    ref = ps.fixed_point(2.0, P2REF, branch, rule=ps.make_rule("split", 8, n_r=12, n_phi=24),
-                         coarse=False)
+    ref = ps.fixed_point(
+        2.0, P2REF, branch, rule=ps.make_rule("split", 8, n_r=12, n_phi=24), coarse=False
+    )
     assert ref.converged
     o = _o(ref.q, ref.m, ref.theta, ref.V)
     nodes = pg.make_nodes(P2, 2**12, 4, rng=3)
     ch = pg.channel(o, P2, nodes)
     outs = []
     for k in range(4):
-        c = pg._pooled({a: (b[k:k + 1] if isinstance(b, np.ndarray) and b.ndim >= 1
-                            and b.shape[0] == 4 else b) for a, b in ch.items()})
+        c = pg._pooled(
+            {
+                a: (
+                    b[k : k + 1]
+                    if isinstance(b, np.ndarray) and b.ndim >= 1 and b.shape[0] == 4
+                    else b
+                )
+                for a, b in ch.items()
+            }
+        )
         outs.append(pg.overlaps_from_hats(pg.hats_from_channel(2.0, o, c, P2), P2))
     for key, val in (("q", ref.q), ("V", ref.V), ("theta", ref.theta), ("m", ref.m)):
         reps = np.array([abs(x[key].ravel()[0]) for x in outs])
@@ -227,10 +259,14 @@ def test_reduction_full_solve_reproduces_the_L2_fixed_point(branch):
     r = pg.fixed_point(2.0, P2, branch, n=2**12, n_rep=4)
     ref = ps.fixed_point(2.0, P2REF, branch)
     assert r.converged and ref.converged
-    for key, val, mine in (("q", ref.q, r.q[0, 0]), ("V", ref.V, r.V[0, 0]),
-                           ("theta", ref.theta, abs(r.theta[0, 0])),
-                           ("m", ref.m, abs(r.m[0, 0])), ("eps_t", ref.eps_t, r.eps_t),
-                           ("eps_g", ref.eps_g, r.eps_g)):
+    for key, val, mine in (
+        ("q", ref.q, r.q[0, 0]),
+        ("V", ref.V, r.V[0, 0]),
+        ("theta", ref.theta, abs(r.theta[0, 0])),
+        ("m", ref.m, abs(r.m[0, 0])),
+        ("eps_t", ref.eps_t, r.eps_t),
+        ("eps_g", ref.eps_g, r.eps_g),
+    ):
         se = float(np.ravel(r.err[key])[0])
         assert abs(mine - val) < 4 * se + 1e-3 * abs(val) + 1e-9, (key, mine, val, se)
 
@@ -329,18 +365,43 @@ def test_cli_parsers_and_json(capsys):
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     erm_general.add_parsers(sub)
-    args = parser.parse_args(["general-fixed-point", "--alpha", "2", "--n", "512", "--n-rep",
-                              "2", "--tol", "1e-4", "--json"])
+    args = parser.parse_args(
+        [
+            "general-fixed-point",
+            "--alpha",
+            "2",
+            "--n",
+            "512",
+            "--n-rep",
+            "2",
+            "--tol",
+            "1e-4",
+            "--json",
+        ]
+    )
     rc = args.func(args)
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["status"] == "converged" and len(out["q"]) == 1
-    args = parser.parse_args(["general-simulate", "--alpha", "1", "--d", "30", "--init",
-                              "semantic", "--n-test", "100", "--L", "3", "--json"])
+    args = parser.parse_args(
+        [
+            "general-simulate",
+            "--alpha",
+            "1",
+            "--d",
+            "30",
+            "--init",
+            "semantic",
+            "--n-test",
+            "100",
+            "--L",
+            "3",
+            "--json",
+        ]
+    )
     args.func(args)
     out = json.loads(capsys.readouterr().out)
     assert len(out["runs"]) == 1 and len(out["runs"][0]["m"]) == 3
-    args = parser.parse_args(["general-fixed-point", "--alpha", "2", "--L", "3", "--A",
-                              "1,0,0,1"])
+    args = parser.parse_args(["general-fixed-point", "--alpha", "2", "--L", "3", "--A", "1,0,0,1"])
     with pytest.raises(ValueError, match="L\\*L = 9"):
         args.func(args)
 
@@ -351,9 +412,24 @@ def test_cli_fixed_m(capsys):
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     erm_general.add_parsers(sub)
-    args = parser.parse_args(["general-fixed-m", "--alpha", "1", "--L", "3", "--m",
-                              "0.1,0.1,-0.2", "--n", "128", "--d", "20", "--restarts", "2",
-                              "--json"])
+    args = parser.parse_args(
+        [
+            "general-fixed-m",
+            "--alpha",
+            "1",
+            "--L",
+            "3",
+            "--m",
+            "0.1,0.1,-0.2",
+            "--n",
+            "128",
+            "--d",
+            "20",
+            "--restarts",
+            "2",
+            "--json",
+        ]
+    )
     args.func(args)
     out = json.loads(capsys.readouterr().out)
     assert out["theory"]["q"] > 0 and len(out["theory"]["grad_m"]) == 3
@@ -394,12 +470,20 @@ def test_L3_semantic_theory_against_finite_d_lbfgs(alpha):
     extrapolation (seed spread) + 4 QMC standard errors.  m → 0 like 1/√d on this branch."""
     th = pg.fixed_point(alpha, P3, "semantic", n=2**11, n_rep=4)
     assert th.converged
-    summary = dict(q=lambda r: r.q[0, 0], theta=lambda r: abs(r.theta[0, 0]),
-                   eps_t=lambda r: r.eps_t, eps_g=lambda r: r.eps_g)
+    summary = dict(
+        q=lambda r: r.q[0, 0],
+        theta=lambda r: abs(r.theta[0, 0]),
+        eps_t=lambda r: r.eps_t,
+        eps_g=lambda r: r.eps_g,
+    )
     s400, _ = _sims(alpha, P3, 400, "semantic", summary)
     s800, rs = _sims(alpha, P3, 800, "semantic", summary)
-    for key, tv in (("q", th.q[0, 0]), ("theta", abs(th.theta[0, 0])), ("eps_t", th.eps_t),
-                    ("eps_g", th.eps_g)):
+    for key, tv in (
+        ("q", th.q[0, 0]),
+        ("theta", abs(th.theta[0, 0])),
+        ("eps_t", th.eps_t),
+        ("eps_g", th.eps_g),
+    ):
         ext, se = _extrapolate(s400[key], s800[key])
         tq = float(np.ravel(th.err[key])[0])
         assert abs(ext - tv) < 4 * se + 4 * tq, (key, ext, se, tv, tq)
@@ -414,24 +498,34 @@ def test_rank2_mixed_fixed_point_against_finite_d_lbfgs():
     q, singular value of θ, per-token |m|) and ε_t, ε_g with the 1/d extrapolation of
     d = 400, 800 (4 seeds), 4 standard errors + 4 QMC errors."""
     p = pg.GeneralParams(L=2, r=2, r_t=1)
-    init = dict(q=np.diag([0.07, 0.02]), m=np.array([[0, 0.2], [0, -0.2]]),
-                theta=np.array([[0.12], [0.0]]), V=np.diag([10.0, 10.0]))
+    init = dict(
+        q=np.diag([0.07, 0.02]),
+        m=np.array([[0, 0.2], [0, -0.2]]),
+        theta=np.array([[0.12], [0.0]]),
+        V=np.diag([10.0, 10.0]),
+    )
     th = pg.fixed_point(2.0, p, "free", init=init, n=2**11, n_rep=4, tol=1e-5)
     assert th.converged and th.branch == "mixed"
     inv_err = th.metadata["invariants_err"]  # q eig (2), θ sv (1), eig(mᵀm) (2)
-    summary = dict(q1=lambda r: np.linalg.eigvalsh(r.q)[0],
-                   q2=lambda r: np.linalg.eigvalsh(r.q)[1],
-                   theta=lambda r: np.linalg.svd(r.theta, compute_uv=False)[0],
-                   mm=lambda r: np.linalg.eigvalsh(r.m.T @ r.m)[1],
-                   eps_t=lambda r: r.eps_t, eps_g=lambda r: r.eps_g)
+    summary = dict(
+        q1=lambda r: np.linalg.eigvalsh(r.q)[0],
+        q2=lambda r: np.linalg.eigvalsh(r.q)[1],
+        theta=lambda r: np.linalg.svd(r.theta, compute_uv=False)[0],
+        mm=lambda r: np.linalg.eigvalsh(r.m.T @ r.m)[1],
+        eps_t=lambda r: r.eps_t,
+        eps_g=lambda r: r.eps_g,
+    )
     s400, _ = _sims(2.0, p, 400, "semantic", summary)
     s800, _ = _sims(2.0, p, 800, "semantic", summary)
     qe = np.linalg.eigvalsh(th.q)
-    theory = dict(q1=(qe[0], inv_err[0]), q2=(qe[1], inv_err[1]),
-                  theta=(np.linalg.svd(th.theta, compute_uv=False)[0], inv_err[2]),
-                  mm=(np.linalg.eigvalsh(th.m.T @ th.m)[1], inv_err[4]),
-                  eps_t=(th.eps_t, float(th.err["eps_t"])),
-                  eps_g=(th.eps_g, float(th.err["eps_g"])))
+    theory = dict(
+        q1=(qe[0], inv_err[0]),
+        q2=(qe[1], inv_err[1]),
+        theta=(np.linalg.svd(th.theta, compute_uv=False)[0], inv_err[2]),
+        mm=(np.linalg.eigvalsh(th.m.T @ th.m)[1], inv_err[4]),
+        eps_t=(th.eps_t, float(th.err["eps_t"])),
+        eps_g=(th.eps_g, float(th.err["eps_g"])),
+    )
     for key, (tv, tq) in theory.items():
         ext, se = _extrapolate(s400[key], s800[key])
         assert abs(ext - tv) < 4 * se + 4 * tq, (key, ext, se, tv, tq)
@@ -472,8 +566,9 @@ def test_L3_theta0_sector_rs_profile_is_monotone_and_the_finite_d_landscape_is_g
     is not a description of those minima.  At |m| = 0.35 (less glassy, ratio ~0.9) the seed
     mean of the L-BFGS ε_t agrees with the RS profile within 4 SE."""
     nodes = pg.make_nodes(P3, 2**11, 4, rng=2)
-    prof = [pg.fixed_m_point(1.0, a * V1, P3, q0=0.11, V0=25.0, nodes=nodes) for a in
-            (0.0, 0.2, 0.35)]
+    prof = [
+        pg.fixed_m_point(1.0, a * V1, P3, q0=0.11, V0=25.0, nodes=nodes) for a in (0.0, 0.2, 0.35)
+    ]
     assert all(x.converged for x in prof)
     for lo, hi in zip(prof, prof[1:]):
         # paired over the scramblings (same nodes): the QMC error largely cancels
@@ -482,14 +577,12 @@ def test_L3_theta0_sector_rs_profile_is_monotone_and_the_finite_d_landscape_is_g
     # the slope along V1 at 0.2 and 0.35 is positive beyond 4 SE
     for x in prof[1:]:
         assert x.grad_m @ V1 > 4 * (np.abs(V1) @ x.err["grad_m"])
-    glass = [eg.simulate_fixed_m(1.0, np.zeros(3), P3, d=400, seed=s, restarts=3)
-             for s in range(3)]
+    glass = [eg.simulate_fixed_m(1.0, np.zeros(3), P3, d=400, seed=s, restarts=3) for s in range(3)]
     assert all(x.converged for x in glass)
     assert np.mean([x.mutual_ratio for x in glass]) < 0.6
     ctrl = eg.simulate_fixed_m(2.0, [0.258229, -0.258229], P2, d=400, seed=0, restarts=3)
     assert ctrl.converged and ctrl.mutual_ratio > 0.999
-    sims = [eg.simulate_fixed_m(1.0, 0.35 * V1, P3, d=800, seed=s, restarts=1)
-            for s in range(4)]
+    sims = [eg.simulate_fixed_m(1.0, 0.35 * V1, P3, d=800, seed=s, restarts=1) for s in range(4)]
     et = np.array([x.eps_t[0] for x in sims])
     se = et.std(ddof=1) / 2
     assert abs(et.mean() - prof[2].eps_t) < 4 * se + 4 * float(prof[2].err["eps_t"])

@@ -25,7 +25,8 @@ def test_ci_runs_the_readme_test_command():
     # extraction here and check it yields the README's test command
     script = (ROOT / ".ci" / "run").read_text()
     snippet = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
-    out = subprocess.run(["python3", "-c", snippet], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    out = subprocess.run(
+        ["python3", "-c", snippet], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == _blocks()[1].strip()
     assert 'eval "$test_cmd"' in script

@@ -74,8 +74,9 @@ def fake(tmp_path, monkeypatch):
     def reset():
         calls.unlink(missing_ok=True)
 
-    yield dict(name=name, file=src / f"{name}.py", calls=read_calls, reset=reset,
-               out=tmp_path / "figs")
+    yield dict(
+        name=name, file=src / f"{name}.py", calls=read_calls, reset=reset, out=tmp_path / "figs"
+    )
     for m in modules:
         sys.modules.pop(m, None)
 
@@ -93,8 +94,9 @@ def test_failure_isolation_cache_and_summary(fake):
     rep = rp.run_reproduce(out=out, quick=True, progress=False, log=lambda m: None)
     status = {o.name: o.status for o in rep.outcomes}
     assert status == {"good": "ok", "other": "ok", "broken": "failed", "liar": "failed"}
-    assert sorted(fake["calls"]()) == sorted(["good:quick", "other:quick", "broken:quick",
-                                              "liar:quick"])
+    assert sorted(fake["calls"]()) == sorted(
+        ["good:quick", "other:quick", "broken:quick", "liar:quick"]
+    )
     by = {o.name: o for o in rep.outcomes}
     assert "RuntimeError: boom" in by["broken"].error
     assert "never-written.png" in by["liar"].error
@@ -130,8 +132,7 @@ def test_failure_isolation_cache_and_summary(fake):
 
     # force ignores the cache
     fake["reset"]()
-    rp.run_reproduce(["good"], out=out, quick=True, force=True, progress=False,
-                     log=lambda m: None)
+    rp.run_reproduce(["good"], out=out, quick=True, force=True, progress=False, log=lambda m: None)
     assert fake["calls"]() == ["good:quick"]
 
 
@@ -164,8 +165,9 @@ def test_selection_by_name_and_pattern(fake):
 
 
 def test_workers_run_in_processes(fake):
-    rep = rp.run_reproduce(["good", "other", "broken"], out=fake["out"], workers=2,
-                           progress=False, log=lambda m: None)
+    rep = rp.run_reproduce(
+        ["good", "other", "broken"], out=fake["out"], workers=2, progress=False, log=lambda m: None
+    )
     status = {o.name: o.status for o in rep.outcomes}
     assert status["good"] == "ok" and status["other"] == "ok" and status["broken"] == "failed"
     assert "boom" in {o.name: o for o in rep.outcomes}["broken"].error
@@ -189,7 +191,7 @@ def test_cli(fake, capsys):
     assert "no figure called" in capsys.readouterr().err
 
 
-SLOW = textwrap.dedent('''
+SLOW = textwrap.dedent("""
     import time
     from pathlib import Path
 
@@ -207,7 +209,7 @@ SLOW = textwrap.dedent('''
 
 
     FIGURES = {"quick-one": quick_one, "slow-one": slow_one}
-''')
+""")
 
 
 def test_sigterm_keeps_finished_pieces(tmp_path):
@@ -221,8 +223,17 @@ def test_sigterm_keeps_finished_pieces(tmp_path):
     (tmp_path / f"{name}.py").write_text(SLOW)
     out = tmp_path / "figs"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
-    cmd = [sys.executable, "-m", "theory", "reproduce", "--module", name, "--out", str(out),
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "theory",
+        "reproduce",
+        "--module",
+        name,
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     t0 = time.time()
     while not (out / "slow-started").exists():
@@ -235,7 +246,8 @@ def test_sigterm_keeps_finished_pieces(tmp_path):
     assert "| quick-one | first | 1.5 | instant |" in summary
     assert "| slow-one |" in summary and "not run" in summary
     # the finished piece is cached: --list shows it
-    res = subprocess.run(cmd[:-1] + ["--list", "--json"], env=env, capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        cmd[:-1] + ["--list", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
     listed = {r["name"]: r["cached"] for r in json.loads(res.stdout)["figures"]}
     assert listed == {"quick-one": True, "slow-one": False}

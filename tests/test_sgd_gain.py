@@ -24,8 +24,9 @@ def test_sie1_constant_is_the_root_of_its_stationarity_condition():
 def test_linear_escape_steps_against_quadrature(k):
     # nu(lr) = (d / lr) int_{m0}^{eta} dm / (A m^(k-1) - lr K m / 2), integrated numerically
     A, K, d, m0, eta, lr = 1.3, 4.0, 1000.0, 0.03, 0.5, 0.05 if k < 3 else 0.005
-    t, _ = integrate.quad(lambda m: 1.0 / (A * m ** (k - 1) - 0.5 * lr * K * m), m0, eta,
-                          epsrel=1e-12)
+    t, _ = integrate.quad(
+        lambda m: 1.0 / (A * m ** (k - 1) - 0.5 * lr * K * m), m0, eta, epsrel=1e-12
+    )
     assert G.linear_escape_steps(A, K, k, lr, d, m0, eta) == pytest.approx(t * d / lr, rel=1e-9)
 
 
@@ -54,8 +55,9 @@ def test_drift_and_noise_constants_from_the_package_ode(fam, L):
     # tied: -dR/dm(eps) = A eps^(k-1) + O(eps^k)
     assert -tn.grad(None, eps)[1] / eps ** (k - 1) == pytest.approx(c["A_tied"], rel=1e-3)
     if k == 1:  # untied best-direction drift = |grad_m R(0)|
-        assert np.linalg.norm(un.grad(None, np.zeros(L))[1]) == pytest.approx(c["A_untied"],
-                                                                               rel=1e-8)
+        assert np.linalg.norm(un.grad(None, np.zeros(L))[1]) == pytest.approx(
+            c["A_untied"], rel=1e-8
+        )
     else:  # = largest eigenvalue of -Hessian(0) in the row overlaps
         lam = np.linalg.eigvalsh(-un.hessian(None, np.zeros(L)))
         assert lam.max() == pytest.approx(c["A_untied"], rel=1e-8)
@@ -116,8 +118,17 @@ def test_ode_optimal_gain_against_reduced_sgd():
     # SIE 1, L = 3, d = 200, each network at its ODE-optimal step size; the simulated gain must
     # agree with the ODE's within 4 standard errors (+3 % for the finite-d shift of the optimum)
     # and be incompatible with the spec's L^2 = 9
-    rows = G.gain_curve("sum_z", [3], simulate=True, d=200, seeds=48, step_rule="optimal",
-                        lr_factors=(1.0,), workers=1, untied_norms=("rows", "flat"))
+    rows = G.gain_curve(
+        "sum_z",
+        [3],
+        simulate=True,
+        d=200,
+        seeds=48,
+        step_rule="optimal",
+        lr_factors=(1.0,),
+        workers=1,
+        untied_norms=("rows", "flat"),
+    )
     r = rows[0]
     assert r["gain_optimal"] == pytest.approx(9.0)
     for sfx in ("", "_flat"):
@@ -131,8 +142,9 @@ def test_cli_gain_json_contract(capsys):
 
     from theory.cli import main
 
-    code = main(["sgd", "gain", "--target", "sum_he2", "--Ls", "1,2", "--json",
-                 "--ode-start", "fixed"])
+    code = main(
+        ["sgd", "gain", "--target", "sum_he2", "--Ls", "1,2", "--json", "--ode-start", "fixed"]
+    )
     out = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert code == 0 and len(out) == 1
     rows = json.loads(out[0])["rows"]
@@ -143,5 +155,9 @@ def test_cli_gain_json_contract(capsys):
         assert r["gain_optimal_closed"] == pytest.approx(L, rel=1e-9)
         assert r["gain_optimal_ode"] == pytest.approx(L, rel=1e-5)
         assert r["gain_equal_ode"] == pytest.approx(L, rel=1e-5)
-    assert main(["sgd", "gain", "--target", "sum_z", "--Ls", "1", "--simulate",
-                 "--untied-norm", "cols"]) == 2
+    assert (
+        main(
+            ["sgd", "gain", "--target", "sum_z", "--Ls", "1", "--simulate", "--untied-norm", "cols"]
+        )
+        == 2
+    )

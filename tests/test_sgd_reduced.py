@@ -19,8 +19,14 @@ z1, z2 = sp.symbols("z1 z2", real=True)
 
 CASES = [
     (K.HEAD_MATRIX, 0, 2, 4, False, np.array([[1.0], [-1.0]])),
-    (K.HEAD_FUNCTIONAL, 0, 3, 1, False, np.linalg.cholesky(
-        np.array([[1, .3, .1], [.3, 1, .2], [.1, .2, 1.0]]))),
+    (
+        K.HEAD_FUNCTIONAL,
+        0,
+        3,
+        1,
+        False,
+        np.linalg.cholesky(np.array([[1, 0.3, 0.1], [0.3, 1, 0.2], [0.1, 0.2, 1.0]])),
+    ),
     (K.HEAD_NETWORK, 1, 3, 1, False, np.zeros((3, 0))),
     (K.HEAD_NETWORK, 2, 2, 1, True, np.zeros((2, 0))),
 ]
@@ -40,10 +46,11 @@ def test_reduced_kernel_matches_numpy_reference(head, act, L, kout, untied, B):
     Y = rng.uniform(0, 1, (n, kout))
     Rm = rng.standard_normal((L, L))
     C1, r1, C2, r2 = C.copy(), rr.copy(), C.copy(), rr.copy()
-    out1 = K.reduced_chunk(C1, r1, np.ascontiguousarray(B), alpha, beta, chi, Y, h, head, Rm, act,
-                           untied, 0.6)
+    out1 = K.reduced_chunk(
+        C1, r1, np.ascontiguousarray(B), alpha, beta, chi, Y, h, head, Rm, act, untied, 0.6
+    )
     out2 = K.reduced_chunk_numpy(C2, r2, B, alpha, beta, chi, Y, h, head, Rm, act, untied, 0.6)
-    np.testing.assert_allclose(C1, C2, atol=1e-11)     # 200 steps of O(1) round-off
+    np.testing.assert_allclose(C1, C2, atol=1e-11)  # 200 steps of O(1) round-off
     np.testing.assert_allclose(r1, r2, atol=1e-11)
     np.testing.assert_allclose(out1[1], out2[1], rtol=1e-10)
     assert out1[0] == out2[0]
@@ -59,11 +66,11 @@ def test_one_reduced_step_equals_decomposed_full_step(head, act, L, kout, untied
     k = B.shape[1]
     R = L if untied else 1
     M = np.linalg.qr(rng.standard_normal((d, 1 + k + R)))[0]
-    ustar, Qp = M[:, 0].copy(), M[:, 1:1 + k].T.copy()
-    frame = M[:, :1 + k]
+    ustar, Qp = M[:, 0].copy(), M[:, 1 : 1 + k].T.copy()
+    frame = M[:, : 1 + k]
     C = rng.standard_normal((R, 1 + k)) * 0.4
     rr = np.sqrt(1 - (C**2).sum(1))
-    V = M[:, 1 + k:].T                       # rest directions of each row
+    V = M[:, 1 + k :].T  # rest directions of each row
     W = math.sqrt(d) * (C @ frame.T + rr[:, None] * V)
     X = rng.standard_normal((L, d)) / math.sqrt(d)
     zs = X @ (math.sqrt(d) * ustar)
@@ -71,8 +78,22 @@ def test_one_reduced_step_equals_decomposed_full_step(head, act, L, kout, untied
     Rm = rng.standard_normal((L, L))
     # full update (numpy reference; G with the exact ustar component -> no replacement)
     Wf, Cf = W.copy(), np.zeros_like(C)
-    K.full_chunk_numpy(Wf, ustar, Qp, B, (X * math.sqrt(d))[None], zs[None], Y, gamma, head, Rm,
-                       act, untied, 9.0, Cf)
+    K.full_chunk_numpy(
+        Wf,
+        ustar,
+        Qp,
+        B,
+        (X * math.sqrt(d))[None],
+        zs[None],
+        Y,
+        gamma,
+        head,
+        Rm,
+        act,
+        untied,
+        9.0,
+        Cf,
+    )
     # decomposition of the same sample
     alpha = np.zeros((1, L, 1 + k))
     beta = np.zeros((1, L))
@@ -81,7 +102,7 @@ def test_one_reduced_step_equals_decomposed_full_step(head, act, L, kout, untied
         r = l if untied else 0
         basis = np.column_stack([frame[:, :1] if untied else frame, V[r]])
         coef = basis.T @ X[l]
-        alpha[0, l, :basis.shape[1] - 1] = math.sqrt(d) * coef[:-1]
+        alpha[0, l, : basis.shape[1] - 1] = math.sqrt(d) * coef[:-1]
         beta[0, l] = math.sqrt(d) * coef[-1]
         perp[l] = X[l] - basis @ coef
     if untied:
@@ -90,8 +111,9 @@ def test_one_reduced_step_equals_decomposed_full_step(head, act, L, kout, untied
     else:
         Bf = np.concatenate([np.zeros((L, 1)), B], axis=1)
         z = alpha[0] @ C[0] + Bf @ C[0] + rr[0] * beta[0]
-    np.testing.assert_allclose(z, np.einsum("ld,ld->l", X, W) if untied
-                               else (X + B @ Qp / math.sqrt(d)) @ W[0], atol=1e-12)
+    np.testing.assert_allclose(
+        z, np.einsum("ld,ld->l", X, W) if untied else (X + B @ Qp / math.sqrt(d)) @ W[0], atol=1e-12
+    )
     _, delta = K.head_grad_numpy(head, z, Y[0], Rm, act)
     if untied:
         chi = d * (perp**2).sum(1)[None]
@@ -100,8 +122,7 @@ def test_one_reduced_step_equals_decomposed_full_step(head, act, L, kout, untied
     Cr, rrr = C.copy(), rr.copy()
     K.reduced_chunk_numpy(Cr, rrr, B, alpha, beta, chi, Y, gamma / d, head, Rm, act, untied, 9.0)
     np.testing.assert_allclose(Cr, Cf, atol=1e-12)
-    rest = Wf - (Wf @ (frame[:, :1] if untied else frame)) @ (frame[:, :1] if untied
-                                                               else frame).T
+    rest = Wf - (Wf @ (frame[:, :1] if untied else frame)) @ (frame[:, :1] if untied else frame).T
     np.testing.assert_allclose(rrr, np.linalg.norm(rest, axis=1) / math.sqrt(d), atol=1e-12)
 
 
@@ -135,17 +156,32 @@ def _assert_same_escape_law(name, spec, d, lr, n, **kw):
     assert abs(full.mean() - red.mean()) < 4 * se, (name, full.mean(), red.mean(), se)
 
 
-@pytest.mark.parametrize("name,spec,d,lr,kw", [
-    ("tied SIE-2 product target, random start",
-     SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square"), 12, 0.3,
-     dict(eta=0.6, max_steps=50_000, t_margin=0.0, margin=0.0)),
-    ("attention positional-semantic, start at the origin",
-     SimSpec(kind="attention", L=2, target=("ps", 0.6, 1.0), pe="opposite"), 12, 0.05,
-     dict(start="origin", eta=0.5, max_steps=100_000, t_margin=0.0, margin=0.0)),
-    ("untied relu, sum target",
-     SimSpec(kind="untied", L=2, target=("expr", (z1 + z2) / sp.sqrt(2)), activation="relu"), 10,
-     0.2, dict(eta=0.6, max_steps=50_000, t_margin=0.0, margin=0.0)),
-])
+@pytest.mark.parametrize(
+    "name,spec,d,lr,kw",
+    [
+        (
+            "tied SIE-2 product target, random start",
+            SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square"),
+            12,
+            0.3,
+            dict(eta=0.6, max_steps=50_000, t_margin=0.0, margin=0.0),
+        ),
+        (
+            "attention positional-semantic, start at the origin",
+            SimSpec(kind="attention", L=2, target=("ps", 0.6, 1.0), pe="opposite"),
+            12,
+            0.05,
+            dict(start="origin", eta=0.5, max_steps=100_000, t_margin=0.0, margin=0.0),
+        ),
+        (
+            "untied relu, sum target",
+            SimSpec(kind="untied", L=2, target=("expr", (z1 + z2) / sp.sqrt(2)), activation="relu"),
+            10,
+            0.2,
+            dict(eta=0.6, max_steps=50_000, t_margin=0.0, margin=0.0),
+        ),
+    ],
+)
 @pytest.mark.parametrize("fast", [True, False], ids=["block-generator", "scalar-generator"])
 def test_escape_step_distribution_full_vs_reduced(name, spec, d, lr, kw, fast, monkeypatch):
     """Both full-d kernels (the SIMD block generator + fused passes, forced here at small d, and
@@ -168,14 +204,23 @@ def test_reduced_cost_does_not_grow_with_d():
     assert r.steps_escape == pytest.approx(1000, rel=0.2)
 
 
-@pytest.mark.parametrize("name,spec,lr,kw", [
-    ("tied SIE-2 product target, random start",
-     SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square"), 0.3,
-     dict(eta=0.4, max_steps=200_000, t_margin=0.0, margin=0.0)),
-    ("attention positional-semantic, start at the origin",
-     SimSpec(kind="attention", L=2, target=("ps", 0.6, 1.0), pe="opposite"), 0.05,
-     dict(start="origin", eta=0.4, max_steps=400_000, t_margin=0.0, margin=0.0)),
-])
+@pytest.mark.parametrize(
+    "name,spec,lr,kw",
+    [
+        (
+            "tied SIE-2 product target, random start",
+            SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square"),
+            0.3,
+            dict(eta=0.4, max_steps=200_000, t_margin=0.0, margin=0.0),
+        ),
+        (
+            "attention positional-semantic, start at the origin",
+            SimSpec(kind="attention", L=2, target=("ps", 0.6, 1.0), pe="opposite"),
+            0.05,
+            dict(start="origin", eta=0.4, max_steps=400_000, t_margin=0.0, margin=0.0),
+        ),
+    ],
+)
 def test_escape_step_distribution_full_vs_reduced_d64(name, spec, lr, kw):
     """d = 64: the default full simulator (block generator, no forcing; rows padded 64 -> 128)
     against the exact reduced chain, ~4e3 / ~2.4e4 steps per run."""

@@ -45,9 +45,16 @@ def test_head_gradient_matches_finite_differences(head, act, L, kout):
         np.testing.assert_allclose(delta, delta_np, rtol=1e-10, atol=1e-12)
         # central differences: error O(h^2) ~ 1e-10 relative, well inside 1e-6
         hstep = 1e-5
-        fd = np.array([(_loss_numpy(head, z + hstep * np.eye(L)[i], y, Rm, act)
-                        - _loss_numpy(head, z - hstep * np.eye(L)[i], y, Rm, act)) / (2 * hstep)
-                       for i in range(L)])
+        fd = np.array(
+            [
+                (
+                    _loss_numpy(head, z + hstep * np.eye(L)[i], y, Rm, act)
+                    - _loss_numpy(head, z - hstep * np.eye(L)[i], y, Rm, act)
+                )
+                / (2 * hstep)
+                for i in range(L)
+            ]
+        )
         np.testing.assert_allclose(delta, fd, rtol=1e-6, atol=1e-7)
 
 
@@ -60,8 +67,14 @@ CASES = [
     # (head, act, L, kout, untied, B)
     (K.HEAD_MATRIX, 0, 2, 4, False, np.array([[1.0], [-1.0]])),
     (K.HEAD_FUNCTIONAL, 0, 2, 1, False, np.array([[1.0], [-1.0]])),
-    (K.HEAD_FUNCTIONAL, 0, 3, 1, False, np.linalg.cholesky(
-        np.array([[1, .3, .1], [.3, 1, .2], [.1, .2, 1.0]]))),
+    (
+        K.HEAD_FUNCTIONAL,
+        0,
+        3,
+        1,
+        False,
+        np.linalg.cholesky(np.array([[1, 0.3, 0.1], [0.3, 1, 0.2], [0.1, 0.2, 1.0]])),
+    ),
     (K.HEAD_NETWORK, 1, 3, 1, False, np.zeros((3, 0))),
     (K.HEAD_NETWORK, 2, 2, 1, True, np.zeros((2, 0))),
 ]
@@ -83,8 +96,9 @@ def test_full_kernel_matches_numpy_reference(head, act, L, kout, untied, B):
     Rm = rng.standard_normal((L, L))
     W1, C1 = W.copy(), C.copy()
     W2, C2 = W.copy(), C.copy()
-    h1, l1 = K.full_chunk(W1, ustar, Qp, np.ascontiguousarray(B), G, zs, Y, gamma, head, Rm, act,
-                          untied, 0.5, C1)
+    h1, l1 = K.full_chunk(
+        W1, ustar, Qp, np.ascontiguousarray(B), G, zs, Y, gamma, head, Rm, act, untied, 0.5, C1
+    )
     h2, l2 = K.full_chunk_numpy(W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2)
     # 30 steps of O(d) sums: round-off grows to ~1e-13; 1e-9 leaves ample margin
     np.testing.assert_allclose(W1, W2, atol=1e-9)
@@ -124,9 +138,10 @@ def test_one_full_step_against_explicit_gradient():
     wn *= math.sqrt(d) / np.linalg.norm(wn)
     W = w[None].copy()
     C = np.array([[w @ ustar, w @ Qp[0]]]) / math.sqrt(d)
-    K.full_chunk(W, ustar, Qp, B, g, zs, Y, gamma, K.HEAD_MATRIX, np.zeros((2, 2)), 0, False,
-                 9.0, C)
-    np.testing.assert_allclose(W[0], wn, atol=1e-8)   # finite-difference error ~1e-10
+    K.full_chunk(
+        W, ustar, Qp, B, g, zs, Y, gamma, K.HEAD_MATRIX, np.zeros((2, 2)), 0, False, 9.0, C
+    )
+    np.testing.assert_allclose(W[0], wn, atol=1e-8)  # finite-difference error ~1e-10
     np.testing.assert_allclose(C[0, 0], wn @ ustar / math.sqrt(d), atol=1e-8)
 
 
@@ -149,29 +164,32 @@ def test_invalid_inputs_raise_value_error():
     with pytest.raises(ValueError, match="too small"):
         simulate_sgd(spec, 2, 0.1, 0, steps=10)
     with pytest.raises(ValueError, match="activation"):
-        simulate_sgd(SimSpec(kind="tied", L=2, target=("expr", z1), activation="nope"), 50, .1, 0)
+        simulate_sgd(SimSpec(kind="tied", L=2, target=("expr", z1), activation="nope"), 50, 0.1, 0)
     with pytest.raises(ValueError, match="matrix target"):
-        simulate_sgd(SimSpec(kind="attention", L=2, target=("expr", z1)), 50, .1, 0)
+        simulate_sgd(SimSpec(kind="attention", L=2, target=("expr", z1)), 50, 0.1, 0)
 
 
 def test_seeds_in_parallel_and_resume(tmp_path):
     spec = SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square")
     out = tmp_path / "runs.jsonl"
     seeds = [1, 2, 3]
-    res = simulate_seeds(spec, 30, 0.2, seeds, reduced=True, workers=2, progress=False,
-                         out=out, steps=2000)
+    res = simulate_seeds(
+        spec, 30, 0.2, seeds, reduced=True, workers=2, progress=False, out=out, steps=2000
+    )
     assert [r.seed for r in res] == seeds
     assert len(out.read_text().splitlines()) == 3
     # same seed -> same trajectory (per-seed determinism, whatever the process)
-    again = simulate_seeds(spec, 30, 0.2, [2], reduced=True, workers=1, progress=False,
-                           steps=2000)[0]
+    again = simulate_seeds(spec, 30, 0.2, [2], reduced=True, workers=1, progress=False, steps=2000)[
+        0
+    ]
     np.testing.assert_allclose(again.m, res[1].m)
     # resume: nothing re-run, results read back from disk
     loaded = load_results(out)
     assert sorted(loaded) == seeds
     np.testing.assert_allclose(loaded[3].m, res[2].m)
-    res2 = simulate_seeds(spec, 30, 0.2, seeds + [4], reduced=True, workers=1, progress=False,
-                          out=out, steps=2000)
+    res2 = simulate_seeds(
+        spec, 30, 0.2, seeds + [4], reduced=True, workers=1, progress=False, out=out, steps=2000
+    )
     assert len(out.read_text().splitlines()) == 4
     np.testing.assert_allclose(res2[0].m, res[0].m)
 
@@ -221,8 +239,14 @@ def test_in_kernel_rng_chunk_equals_explicit_chunk(head, act, L, kout, untied, B
 def test_figures_registry():
     from theory.plots.sgd import FIGURES
 
-    assert set(FIGURES) == {"sgd-trajectories", "sgd-escape", "sgd-gain", "sgd-pathological",
-                            "sgd-fraction-positional", "sgd-landscape-trajectories"}
+    assert set(FIGURES) == {
+        "sgd-trajectories",
+        "sgd-escape",
+        "sgd-gain",
+        "sgd-pathological",
+        "sgd-fraction-positional",
+        "sgd-landscape-trajectories",
+    }
     assert all(callable(f) for f in FIGURES.values())
 
 
@@ -245,7 +269,7 @@ def test_block_ziggurat_tables_are_the_equal_area_ziggurat():
     assert abs(top / V - 1.0) < 1e-9
     # every rectangle layer i >= 1 has area V: X[i] (f(X[i+1]) - f(X[i])) = V
     f = np.exp(-0.5 * X * X)
-    areas = X[1:C] * (f[2:C + 1] - f[1:C])
+    areas = X[1:C] * (f[2 : C + 1] - f[1:C])
     np.testing.assert_allclose(areas, V, rtol=1e-9)
     assert X[0] * f[1] == pytest.approx(V, rel=1e-12)
     np.testing.assert_array_equal(bits.view(np.float64), X[:C])
@@ -287,7 +311,7 @@ def test_block_normals_reproducible_and_equal_to_the_python_replay():
     b = np.empty(5000)
     BN.fill_block_normals(S1, s1, a)
     BN.fill_block_normals(S2, s2, b)
-    np.testing.assert_array_equal(a, b)                 # same seed -> same stream
+    np.testing.assert_array_equal(a, b)  # same seed -> same stream
     S3, s3 = BN.seed_block_state(12)
     c = np.empty(5000)
     BN.fill_block_normals(S3, s3, c)
@@ -298,14 +322,20 @@ def test_block_normals_reproducible_and_equal_to_the_python_replay():
     # a (rows, width) fill is the flat fill of rows * width
     S4, s4 = BN.seed_block_state(11)
     buf = np.empty((2, 2 * BN.NB))
-    BN.fill_rows(S4, s4, buf, np.empty(BN.NB, np.uint64), np.empty(buf.size, np.int64),
-                 np.empty(buf.size, np.uint64))
+    BN.fill_rows(
+        S4,
+        s4,
+        buf,
+        np.empty(BN.NB, np.uint64),
+        np.empty(buf.size, np.int64),
+        np.empty(buf.size, np.uint64),
+    )
     np.testing.assert_array_equal(buf.ravel(), BN.block_normals_numpy_reference(11, buf.size))
 
 
 FAST_CASES = CASES + [
-    (K.HEAD_NETWORK, 1, 2, 1, False, np.zeros((2, 0))),            # fused path, no encoding
-    (K.HEAD_MATRIX, 0, 2, 4, False, np.array([[0.6], [-0.8]])),    # fused path, general B
+    (K.HEAD_NETWORK, 1, 2, 1, False, np.zeros((2, 0))),  # fused path, no encoding
+    (K.HEAD_MATRIX, 0, 2, 4, False, np.array([[0.6], [-0.8]])),  # fused path, general B
 ]
 
 
@@ -332,8 +362,9 @@ def test_fast_kernel_matches_the_reference_kernel(head, act, L, kout, untied, B,
     G = K.fill_steps(S2, s2, n, L, d)
     B = np.ascontiguousarray(B)
     W1, C1, W2, C2 = W.copy(), C.copy(), W.copy(), C.copy()
-    h1, l1 = K.full_chunk_fast(W1, ustar, Qp, B, S1, s1, zs, Y, gamma, head, Rm, act, untied,
-                               0.5, C1)
+    h1, l1 = K.full_chunk_fast(
+        W1, ustar, Qp, B, S1, s1, zs, Y, gamma, head, Rm, act, untied, 0.5, C1
+    )
     h2, l2 = K.full_chunk(W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2)
     # 40 steps of O(d) sums in another order: round-off ~1e-14; 1e-9 leaves ample margin
     np.testing.assert_allclose(W1, W2, atol=1e-9)

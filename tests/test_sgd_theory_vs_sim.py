@@ -54,8 +54,18 @@ def test_ode_matches_sgd_mean_trajectory_tied_relu():
     model = ssi.TiedNetwork("(z1+z2)/sqrt(2)", L=2, activation="relu")
     d, lr, m0 = 20_000, 0.2, 0.1
     ode = ssi.integrate_ode(model, lr, d, m0=m0, t_max=3.0)
-    res = simulate_seeds(model, d, lr, range(8), reduced=True, workers=1, progress=False,
-                         m0=m0, steps=int(3.0 * d / lr), n_record=60)
+    res = simulate_seeds(
+        model,
+        d,
+        lr,
+        range(8),
+        reduced=True,
+        workers=1,
+        progress=False,
+        m0=m0,
+        steps=int(3.0 * d / lr),
+        n_record=60,
+    )
     t = res[0].t
     M = np.array([r.m for r in res])
     mu, se = M.mean(0), M.std(0, ddof=1) / math.sqrt(len(M))
@@ -71,12 +81,25 @@ def test_ode_escape_time_matches_sgd_for_sie1():
     model = ssi.TiedNetwork("(z1+z2)/sqrt(2)", L=2, activation="relu")
     d, lr = 20_000, 0.2
     ode = ssi.integrate_ode(model, lr, d, m0=0.05, eta=0.5)
-    res = simulate_seeds(model, d, lr, range(8), reduced=True, workers=1, progress=False,
-                         m0=0.05, eta=0.5, margin=0.0, t_margin=0.0)
+    res = simulate_seeds(
+        model,
+        d,
+        lr,
+        range(8),
+        reduced=True,
+        workers=1,
+        progress=False,
+        m0=0.05,
+        eta=0.5,
+        margin=0.0,
+        t_margin=0.0,
+    )
     te = np.array([r.t_escape for r in res])
     # SGD fluctuations of t_escape ~ sqrt(gamma/d) relative; 4 SE + 2% systematic allowance
-    assert abs(te.mean() - ode.t_escape) < 4 * te.std(ddof=1) / math.sqrt(len(te)) \
-        + 0.02 * ode.t_escape
+    assert (
+        abs(te.mean() - ode.t_escape)
+        < 4 * te.std(ddof=1) / math.sqrt(len(te)) + 0.02 * ode.t_escape
+    )
 
 
 @pytest.mark.slow
@@ -87,8 +110,19 @@ def test_ode_matches_sgd_positional_semantic_attention():
     model = ssi.ps_model(1.0, 0.5)
     d, lr = 20_000, 0.05
     ode = ssi.integrate_ode(model, lr, d, m0=0.3, e0=0.2, t_max=5.0)
-    res = simulate_seeds(model, d, lr, range(6), reduced=True, workers=1, progress=False,
-                         m0=0.3, e0=0.2, steps=int(5.0 * d / lr), n_record=40)
+    res = simulate_seeds(
+        model,
+        d,
+        lr,
+        range(6),
+        reduced=True,
+        workers=1,
+        progress=False,
+        m0=0.3,
+        e0=0.2,
+        steps=int(5.0 * d / lr),
+        n_record=40,
+    )
     t = res[0].t
     for key in ("m", "e"):
         A = np.array([getattr(r, key) for r in res])
@@ -108,5 +142,7 @@ def test_equal_step_gain_matches_hermite_prediction():
     rows = gain_curve("sum_z", [1, 3], simulate=True, d=400, lr=0.1, seeds=16, workers=1)
     for r in rows:
         assert r["gain_predicted"] == pytest.approx(r["L"])
-        assert abs(r["gain_sim"] - r["gain_predicted"]) < 4 * r["gain_sim_err"] \
-            + 0.1 * r["gain_predicted"], r
+        assert (
+            abs(r["gain_sim"] - r["gain_predicted"])
+            < 4 * r["gain_sim_err"] + 0.1 * r["gain_predicted"]
+        ), r

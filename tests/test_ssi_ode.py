@@ -21,13 +21,17 @@ def test_tied_linear_network_matches_closed_form_ode():
     lr, d = 0.05, 1000
     res = ssi.integrate_ode(ssi.TiedNetwork("z1 + z2", 2, "linear"), lr=lr, d=d, m0=0.1)
     s2 = math.sqrt(2)
-    ref = _closed(lambda t, y: [2 * s2 * (1 - y[0] ** 2) - lr / 2 * 4 * (3 - 2 * s2 * y[0]) * y[0]],
-                  [0.1], res.t)
+    ref = _closed(
+        lambda t, y: [2 * s2 * (1 - y[0] ** 2) - lr / 2 * 4 * (3 - 2 * s2 * y[0]) * y[0]],
+        [0.1],
+        res.t,
+    )
     assert np.allclose(res.m, ref[:, 0], atol=1e-6)
     # stationary point: 2 sqrt2 (1 - m^2) = 2 lr (3 - 2 sqrt2 m) m
     m_star = res.final_m
-    assert 2 * s2 * (1 - m_star**2) == pytest.approx(2 * lr * (3 - 2 * s2 * m_star) * m_star,
-                                                     abs=1e-7)
+    assert 2 * s2 * (1 - m_star**2) == pytest.approx(
+        2 * lr * (3 - 2 * s2 * m_star) * m_star, abs=1e-7
+    )
     assert res.status == "converged" and res.minimum == "semantic"
     assert np.allclose(res.steps, res.t * d / lr)
 
@@ -35,8 +39,9 @@ def test_tied_linear_network_matches_closed_form_ode():
 def test_untied_linear_network_matches_closed_form_ode():
     # untied linear: dR/dm_l = -sqrt2, K_l = 4 E(g-f)^2 / 2 = 2 R, R = 3 - sqrt2 (m1 + m2)
     lr, s2 = 0.1, math.sqrt(2)
-    res = ssi.integrate_ode(ssi.UntiedNetwork("z1 + z2", 2, "linear"), lr=lr, d=400,
-                            m0=[0.05, -0.1])
+    res = ssi.integrate_ode(
+        ssi.UntiedNetwork("z1 + z2", 2, "linear"), lr=lr, d=400, m0=[0.05, -0.1]
+    )
 
     def rhs(t, y):
         R = 3 - s2 * (y[0] + y[1])
@@ -108,8 +113,9 @@ def test_ode_matches_numpy_sgd_tied_network():
     d, lr, m0 = 600, 0.1, 0.25
     t_grid = np.array([0.0, 0.5, 1.0, 2.0])
     sim = _numpy_sgd_tied(d, lr, m0, t_grid, range(6), np.random.default_rng(3))
-    res = ssi.integrate_ode(ssi.TiedNetwork("He2(z1) + He2(z2)", 2, "relu"), lr=lr, d=d, m0=m0,
-                            t_max=2.0, n_out=400)
+    res = ssi.integrate_ode(
+        ssi.TiedNetwork("He2(z1) + He2(z2)", 2, "relu"), lr=lr, d=d, m0=m0, t_max=2.0, n_out=400
+    )
     ode = np.interp(t_grid, np.concatenate([[0], res.t]), np.concatenate([[m0], res.m]))
     mean = sim.mean(axis=0)
     sem = sim.std(axis=0, ddof=1) / math.sqrt(sim.shape[0])
@@ -160,10 +166,8 @@ def test_ode_matches_numpy_sgd_attention_with_positional_encoding():
     d, lr, e0, m0 = 500, 0.1, 0.3, 0.3
     a, omega = 1.0, 0.67
     t_grid = np.array([0.0, 2.0, 5.0, 10.0])
-    se, sm = _numpy_sgd_attention_ps(d, lr, e0, m0, a, omega, t_grid, 6,
-                                     np.random.default_rng(5))
-    res = ssi.integrate_ode(ssi.ps_model(a, omega), lr=lr, d=d, e0=e0, m0=m0, t_max=10.0,
-                            n_out=400)
+    se, sm = _numpy_sgd_attention_ps(d, lr, e0, m0, a, omega, t_grid, 6, np.random.default_rng(5))
+    res = ssi.integrate_ode(ssi.ps_model(a, omega), lr=lr, d=d, e0=e0, m0=m0, t_max=10.0, n_out=400)
     tt = np.concatenate([[0], res.t])
     for sim, th, y0 in ((se, res.e, e0), (sm, res.m, m0)):
         ode = np.interp(t_grid, tt, np.concatenate([[y0], th]))

@@ -64,8 +64,9 @@ def test_hermite_engine_matches_monte_carlo_quadrature(cls):
 def test_attention_hermite_engine_matches_direct_gauss_hermite():
     tgt = "4/3 + He4(z1) + 2*He4(z2)"
     ex = ssi.AttentionModel(tgt, 2, pe="opposite", reduction="trace")
-    gh = ssi.AttentionModel(tgt, 2, pe="opposite", reduction="trace", engine="quad",
-                            method="gh", n=24)
+    gh = ssi.AttentionModel(
+        tgt, 2, pe="opposite", reduction="trace", engine="quad", method="gh", n=24
+    )
     for e, m in [(0.2, 0.3), (0.5, 0.7)]:
         # direct 4-D GH (24^4 nodes) vs Mehler + 2-D GH: agree to ~1e-5 relative on R and
         # ~1e-3 on derivatives (the direct rule converges slowly for the degree-8 K integrand)
@@ -92,8 +93,9 @@ def test_flatness_spec_example_kappa_4_to_2():
     k0, H0 = ssi.flatness(ssi.AttentionModel(tgt, 2, pe="none", reduction="trace"))
     assert k0 == 4 and np.all(H0 == 0)
     for norm, sign in (("sqrtL", -1), ("sum", +1)):
-        k, H = ssi.flatness(ssi.AttentionModel(tgt, 2, pe="opposite", reduction="trace",
-                                               trace_norm=norm))
+        k, H = ssi.flatness(
+            ssi.AttentionModel(tgt, 2, pe="opposite", reduction="trace", trace_norm=norm)
+        )
         assert k == 2
         assert np.sign(H[0, 0]) == sign  # negative e-curvature in the authors' Tr/sqrt(L)
         assert H[1, 1] == 0 and H[0, 1] == 0
@@ -195,11 +197,17 @@ def test_boundaries_are_roots_and_flips():
     v = [float(ssi.pd_criteria(0.9, om)["Re10"]) for om in (0.2, 0.5, 0.8)]
     assert v[1] == pytest.approx(0.5 * (v[0] + v[2]), abs=1e-13)
     # ordering on a = 1 (both minima exist between the two flips)
-    assert (b["omega_positional_min_appears"] < b["omega_steepest_switch"]
-            < b["omega_global_switch"] < b["omega_semantic_min_disappears"])
+    assert (
+        b["omega_positional_min_appears"]
+        < b["omega_steepest_switch"]
+        < b["omega_global_switch"]
+        < b["omega_semantic_min_disappears"]
+    )
     eps = 1e-6
-    for key, flag in (("omega_positional_min_appears", "positional_min"),
-                      ("omega_semantic_min_disappears", "semantic_min")):
+    for key, flag in (
+        ("omega_positional_min_appears", "positional_min"),
+        ("omega_semantic_min_disappears", "semantic_min"),
+    ):
         lo = ssi.pd_booleans(1.0, b[key] - eps)[flag]
         hi = ssi.pd_booleans(1.0, b[key] + eps)[flag]
         assert bool(lo) != bool(hi)
@@ -258,8 +266,12 @@ def test_spec6_noise_K_mehler_vs_independent_integrals():
         Ae, dA = attention_jac(Z + np.array([e, -e]))
         f = Ae.reshape(-1, 4)
         D = np.moveaxis(dA, 3, 1).reshape(-1, 2, 4)
-        M = (Cgg[None] - Eg[None, :, None] * f[:, None, :] - f[:, :, None] * Eg[None, None, :]
-             + f[:, :, None] * f[:, None, :])
+        M = (
+            Cgg[None]
+            - Eg[None, :, None] * f[:, None, :]
+            - f[:, :, None] * Eg[None, None, :]
+            + f[:, :, None] * f[:, None, :]
+        )
         K = 4 * W @ np.einsum("nla,nab,nlb->n", D, M, D)
         assert model.noise_K(e, 0.0) == pytest.approx(K, rel=2e-4)  # 100^2-node tables
     # interior point with m != 0: direct 4-D GH (20^4 nodes) agrees to ~2e-4

@@ -79,19 +79,20 @@ def test_repeated_points_rejected():
 def test_serial_sweep_writes_and_resumes(tmp_path, suffix):
     out = tmp_path / f"t{suffix}"
     CALLS.clear()
-    rows = run_sweep(counted, {"x": [1, 2, 3], "y": [0.5, 1.5]}, out=out, workers=1,
-                     progress=False)
+    rows = run_sweep(counted, {"x": [1, 2, 3], "y": [0.5, 1.5]}, out=out, workers=1, progress=False)
     assert [r["f"] for r in rows] == [x * 10 + y for x in (1, 2, 3) for y in (0.5, 1.5)]
     assert len(CALLS) == 6
     table = read_table(out)
     assert len(table) == 6 and all(KEY_COLUMN not in r for r in table)
     assert sorted((r["x"], r["y"], r["f"]) for r in table) == sorted(
-        (r["x"], r["y"], r["f"]) for r in rows)
+        (r["x"], r["y"], r["f"]) for r in rows
+    )
 
     # a larger grid: only the new points are computed, rows come back in grid order
     CALLS.clear()
-    rows2 = run_sweep(counted, {"x": [1, 2, 3, 4], "y": [0.5, 1.5]}, out=out, workers=1,
-                      progress=False)
+    rows2 = run_sweep(
+        counted, {"x": [1, 2, 3, 4], "y": [0.5, 1.5]}, out=out, workers=1, progress=False
+    )
     assert CALLS == [{"x": 4, "y": 0.5}, {"x": 4, "y": 1.5}]
     assert rows2[:6] == rows
     assert [(r["x"], r["y"]) for r in rows2] == [(x, y) for x in (1, 2, 3, 4) for y in (0.5, 1.5)]
@@ -192,8 +193,13 @@ def test_killed_sweep_resumes_exactly_once(tmp_path, suffix, workers):
     landed = len(ResultTable(out).read())
     assert k <= landed < n, "the kill must land half-way for this test to mean something"
 
-    rows = run_sweep(demo_point, {"x": list(range(n)), "y": [1.0], "delay": [delay]},
-                     out=out, workers=2, progress=False)
+    rows = run_sweep(
+        demo_point,
+        {"x": list(range(n)), "y": [1.0], "delay": [delay]},
+        out=out,
+        workers=2,
+        progress=False,
+    )
     table = ResultTable(out).read()
     keys = [r[KEY_COLUMN] for r in table]
     assert len(keys) == n and len(set(keys)) == n  # every point, each exactly once
@@ -209,8 +215,9 @@ def test_killed_sweep_resumes_exactly_once(tmp_path, suffix, workers):
 @pytest.fixture(scope="module")
 def dask_cluster():
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                       dashboard_address=":0")
+    cluster = distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+    )
     yield cluster
     cluster.close()
 
@@ -218,8 +225,9 @@ def dask_cluster():
 def test_dask_scheduler_address(tmp_path, dask_cluster):
     out = tmp_path / "dask.jsonl"
     grid = {"x": [0.0, 0.5, 1.0, 1.5], "y": [2.0]}
-    rows = run_sweep(demo_point, grid, out=out, scheduler=dask_cluster.scheduler_address,
-                     progress=False)
+    rows = run_sweep(
+        demo_point, grid, out=out, scheduler=dask_cluster.scheduler_address, progress=False
+    )
     for r in rows:
         assert (r["f"], r["g"]) == expected_demo(r["x"], r["y"])
     assert len(read_table(out)) == 4
@@ -227,8 +235,13 @@ def test_dask_scheduler_address(tmp_path, dask_cluster):
     from distributed import Client
 
     with Client(dask_cluster) as client:
-        rows2 = run_sweep(demo_point, {"x": [0.0, 0.5, 1.0, 1.5, 2.0], "y": [2.0]}, out=out,
-                          scheduler=client, progress=False)
+        rows2 = run_sweep(
+            demo_point,
+            {"x": [0.0, 0.5, 1.0, 1.5, 2.0], "y": [2.0]},
+            out=out,
+            scheduler=client,
+            progress=False,
+        )
     assert rows2[:4] == rows and len(read_table(out)) == 5
     assert (rows2[4]["f"], rows2[4]["g"]) == expected_demo(2.0, 2.0)
 
@@ -237,8 +250,20 @@ def test_cli_sweep_demo(tmp_path, capsys):
     from theory.cli import main
 
     out = tmp_path / "cli.csv"
-    argv = ["sweep", "demo", "--xs", "0:1:3", "--ys", "1,2", "--out", str(out), "--workers", "1",
-            "--no-progress", "--json"]
+    argv = [
+        "sweep",
+        "demo",
+        "--xs",
+        "0:1:3",
+        "--ys",
+        "1,2",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--json",
+    ]
     assert main(argv) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["n_points"] == 6 and payload["n_computed"] == 6
@@ -254,13 +279,17 @@ def test_cli_sweep_demo(tmp_path, capsys):
 def test_dask_process_workers(tmp_path):
     """Real worker processes: the function and results cross a process boundary via pickle."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster:
-        rows = run_sweep(demo_point, {"x": [0.25, 0.75], "y": [3.0]},
-                         out=tmp_path / "dp.csv", scheduler=cluster.scheduler_address,
-                         progress=False)
-    assert [(r["f"], r["g"]) for r in rows] == [expected_demo(0.25, 3.0),
-                                                expected_demo(0.75, 3.0)]
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
+        rows = run_sweep(
+            demo_point,
+            {"x": [0.25, 0.75], "y": [3.0]},
+            out=tmp_path / "dp.csv",
+            scheduler=cluster.scheduler_address,
+            progress=False,
+        )
+    assert [(r["f"], r["g"]) for r in rows] == [expected_demo(0.25, 3.0), expected_demo(0.75, 3.0)]
     assert all(r["pid"] != os.getpid() for r in rows)
 
 
@@ -269,12 +298,28 @@ def test_registry_entries_are_wired(tmp_path, capsys):
     from theory.cli import main
     from theory.sweep import SWEEPABLE
 
-    assert {"demo", "erm-fixed-point", "erm-transition", "sgd-ode", "sgd-boundaries",
-            "sie"} <= set(SWEEPABLE)
+    assert {"demo", "erm-fixed-point", "erm-transition", "sgd-ode", "sgd-boundaries", "sie"} <= set(
+        SWEEPABLE
+    )
     pytest.importorskip("theory.hermite")
     out = tmp_path / "sie.csv"
-    assert main(["sweep", "sie", "--targets", "He2(z1)+He2(z2)+He2(z3);z1-z2", "--out", str(out),
-                 "--workers", "1", "--no-progress", "--json"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "sie",
+                "--targets",
+                "He2(z1)+He2(z2)+He2(z3);z1-z2",
+                "--out",
+                str(out),
+                "--workers",
+                "1",
+                "--no-progress",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)["rows"]
     # closed forms: C_2 = I_3 -> contraction 3, op norm 1, gain L^2 = 9; z1 - z2 -> tied stuck
     assert rows[0]["sie"] == 2 and rows[0]["gain_optimal"] == pytest.approx(9.0)
@@ -293,7 +338,24 @@ def test_cli_scheduler(tmp_path, capsys, dask_cluster):
     from theory.cli import main
 
     out = tmp_path / "cli-dask.jsonl"
-    assert main(["sweep", "demo", "--xs", "0,0.5", "--ys", "3", "--out", str(out),
-                 "--scheduler", dask_cluster.scheduler_address, "--no-progress", "--json"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "demo",
+                "--xs",
+                "0,0.5",
+                "--ys",
+                "3",
+                "--out",
+                str(out),
+                "--scheduler",
+                dask_cluster.scheduler_address,
+                "--no-progress",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["f"], r["g"]) for r in rows] == [expected_demo(0.0, 3.0), expected_demo(0.5, 3.0)]

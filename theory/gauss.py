@@ -209,8 +209,10 @@ def _expect_qmc(f, mean, root, n, rng, n_rep):
         reps.append(_eval(f, mean + u @ root.T).mean(axis=0))
     reps = np.asarray(reps)
     value = reps.mean(axis=0)
-    error = reps.std(axis=0, ddof=1) / np.sqrt(len(reps)) if len(reps) > 1 else np.full_like(
-        value, np.nan
+    error = (
+        reps.std(axis=0, ddof=1) / np.sqrt(len(reps))
+        if len(reps) > 1
+        else np.full_like(value, np.nan)
     )
     return value, error, n * int(n_rep)
 

@@ -200,8 +200,22 @@ _FUNCS: dict[str, Any] = {
 
 # sympy function classes a target may contain after parsing
 _ALLOWED_FUNCS = (
-    sp.exp, sp.log, sp.sin, sp.cos, sp.tanh, sp.erf, sp.Abs, sp.sign, sp.Max, sp.Min,
-    sp.Heaviside, sp.Piecewise, sp.erfc, sp.sinh, sp.cosh, sp.atan,
+    sp.exp,
+    sp.log,
+    sp.sin,
+    sp.cos,
+    sp.tanh,
+    sp.erf,
+    sp.Abs,
+    sp.sign,
+    sp.Max,
+    sp.Min,
+    sp.Heaviside,
+    sp.Piecewise,
+    sp.erfc,
+    sp.sinh,
+    sp.cosh,
+    sp.atan,
 )
 
 
@@ -416,8 +430,9 @@ def _univariate_he_in_monomials(n: int) -> list[sp.Rational]:
     """x^n = sum_j c_j He_j(x); returns [c_0..c_n] (c_{n-2m} = n!/(m! (n-2m)! 2^m))."""
     c = [sp.Integer(0)] * (n + 1)
     for m in range(n // 2 + 1):
-        c[n - 2 * m] = sp.Rational(math.factorial(n), math.factorial(m) * math.factorial(n - 2 * m)
-                                   * 2**m)
+        c[n - 2 * m] = sp.Rational(
+            math.factorial(n), math.factorial(m) * math.factorial(n - 2 * m) * 2**m
+        )
     return c
 
 
@@ -669,8 +684,11 @@ def _univariate_numeric(h: sp.Expr, x: sp.Symbol, K: int, tol: float):
     """b_j = E[h He_j]/j!, j = 0..K by adaptive quadrature; returns (values, abs error)."""
     from scipy.integrate import quad_vec
 
-    f = sp.lambdify(x, h.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2))),
-                    modules=["scipy", "numpy"])
+    f = sp.lambdify(
+        x,
+        h.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2))),
+        modules=["scipy", "numpy"],
+    )
     jf = np.array([math.factorial(j) for j in range(K + 1)], dtype=float)
 
     def integrand(t):
@@ -754,18 +772,21 @@ def _block_gh(h: sp.Expr, syms: list, K: int, tol: float):
             f"the non-separable part {h} couples {s} variables; numerical Hermite coefficients "
             "are supported for blocks of at most 6 variables"
         )
-    f = sp.lambdify(syms, h.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2))),
-                    modules=["scipy", "numpy"])
+    f = sp.lambdify(
+        syms,
+        h.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2))),
+        modules=["scipy", "numpy"],
+    )
     alphas = list(_multiindices(s, K))
     afact = np.array([math.prod(math.factorial(q) for q in a) for a in alphas], dtype=float)
     # variables with kinks at known points get a split Gauss-Legendre rule instead of GH
     bps = _axis_breakpoints(h, syms)
-    split = {} if bps is None else {i: tuple(sorted(bps[x])) for i, x in enumerate(syms)
-                                    if bps[x]}
+    split = {} if bps is None else {i: tuple(sorted(bps[x])) for i, x in enumerate(syms) if bps[x]}
     prev = None
     diff = np.inf
     diffs = []
     used = None
+
     def project(rules):
         grids = np.meshgrid(*[r[0] for r in rules], indexing="ij")
         shape = tuple(r[0].size for r in rules)
@@ -797,8 +818,9 @@ def _block_gh(h: sp.Expr, syms: list, K: int, tol: float):
                 break
         prev = vals
     if split:  # the split rules truncate at +-12: the tails must not matter (integrability)
-        short = [_split_rule(split[i], used, 9.0) if i in split else gh_rule(used)
-                 for i in range(s)]
+        short = [
+            _split_rule(split[i], used, 9.0) if i in split else gh_rule(used) for i in range(s)
+        ]
         gap = float(np.max(np.abs(project(short) - prev)))
         if gap > max(1e-8, tol) * max(1.0, float(np.max(np.abs(prev)))):
             raise ValueError(
@@ -941,8 +963,9 @@ def _factor_blocks(term: sp.Expr, syms_all):
         blocks = keep + [(merged_e, merged_s)]
     order = {s: i for i, s in enumerate(syms_all)}
     # re-merge exp factors within a block: exp(a) exp(b) -> exp(a + b) (no 0 * inf in floats)
-    return const, [(sp.powsimp(e, combine="exp"), sorted(s, key=lambda q: order[q]))
-                   for e, s in blocks]
+    return const, [
+        (sp.powsimp(e, combine="exp"), sorted(s, key=lambda q: order[q])) for e, s in blocks
+    ]
 
 
 _X1 = sp.Symbol("_x", real=True)
@@ -970,8 +993,7 @@ def _block_coeffs(h, syms, K, tol, store: _Coeffs, cache: dict):
                 res = ({(j,): float(v) for j, v in enumerate(vals)}, False, err)
                 if err > 10 * tol * max(1.0, float(np.max(np.abs(vals)))):
                     store.converged = False
-                    store.notes.append(
-                        f"adaptive quadrature for {h} reached only {err:.1e} > tol")
+                    store.notes.append(f"adaptive quadrature for {h} reached only {err:.1e} > tol")
             if len(_UNIVARIATE_CACHE) > 512:
                 _UNIVARIATE_CACHE.clear()
             _UNIVARIATE_CACHE[ukey] = res
@@ -1036,15 +1058,21 @@ def _rewrite_max_min(expr):
     def mx(*args):
         acc = args[0]
         for b in args[1:]:
-            acc = acc + sp.Max(b - acc, 0, evaluate=False) if (b - acc).free_symbols and \
-                len(acc.free_symbols | b.free_symbols) > 1 else sp.Max(acc, b)
+            acc = (
+                acc + sp.Max(b - acc, 0, evaluate=False)
+                if (b - acc).free_symbols and len(acc.free_symbols | b.free_symbols) > 1
+                else sp.Max(acc, b)
+            )
         return acc
 
     def mn(*args):
         acc = args[0]
         for b in args[1:]:
-            acc = acc - sp.Max(acc - b, 0, evaluate=False) if (acc - b).free_symbols and \
-                len(acc.free_symbols | b.free_symbols) > 1 else sp.Min(acc, b)
+            acc = (
+                acc - sp.Max(acc - b, 0, evaluate=False)
+                if (acc - b).free_symbols and len(acc.free_symbols | b.free_symbols) > 1
+                else sp.Min(acc, b)
+            )
         return acc
 
     return expr.replace(sp.Max, mx).replace(sp.Min, mn)
@@ -1062,6 +1090,7 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
     expr = t.expr
     if not t.is_polynomial:
         expr = _rewrite_max_min(expr)
+
         # products inside kinks: sign(a b) = sign(a) sign(b), Heaviside(a b) = (1 + sign(a)
         # sign(b))/2, relu(a b) = a b (1 + sign(a) sign(b))/2: exposes separable structure
         # (e.g. relu(z1 z2) becomes exact); Heaviside(0) = 1/2 and sign(0) = 0 are consistent
@@ -1071,15 +1100,22 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
         def _is_prod(a):
             return a.is_Mul and sum(1 for f in a.args if f.free_symbols) > 1
 
-        expr = expr.replace(lambda e: isinstance(e, sp.sign) and _is_prod(e.args[0]),
-                            lambda e: _sgn(e.args[0]))
+        expr = expr.replace(
+            lambda e: isinstance(e, sp.sign) and _is_prod(e.args[0]), lambda e: _sgn(e.args[0])
+        )
         expr = expr.replace(
             lambda e: isinstance(e, sp.Heaviside) and _is_prod(e.args[0]),
-            lambda e: (1 + _sgn(e.args[0])) / 2)
+            lambda e: (1 + _sgn(e.args[0])) / 2,
+        )
         expr = expr.replace(
-            lambda e: isinstance(e, sp.Max) and len(e.args) == 2 and 0 in e.args
-            and _is_prod([a for a in e.args if a != 0][0]),
-            lambda e: (lambda p: p * (1 + _sgn(p)) / 2)([a for a in e.args if a != 0][0]))
+            lambda e: (
+                isinstance(e, sp.Max)
+                and len(e.args) == 2
+                and 0 in e.args
+                and _is_prod([a for a in e.args if a != 0][0])
+            ),
+            lambda e: (lambda p: p * (1 + _sgn(p)) / 2)([a for a in e.args if a != 0][0]),
+        )
     terms = sp.Add.make_args(sp.expand(expr, power_exp=False))
     poly_part = sp.Add(*[q for q in terms if q.is_polynomial(*syms)])
     if poly_part != 0:
@@ -1109,12 +1145,12 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
             alpha = tuple(alpha)
             if all_exact:
                 v = const
-                for (_, val) in combo:
+                for _, val in combo:
                     v = v * val
                 store.add_exact(alpha, v)
             else:
                 v = float(sp.N(const, 30))
-                for (_, val) in combo:
+                for _, val in combo:
                     v *= float(sp.N(val, 30)) if not isinstance(val, float) else val
                 store.add_numeric(alpha, v)
     # tidy exact values
@@ -1134,9 +1170,7 @@ def tensor_from_coefficients(store: _Coeffs, k: int) -> np.ndarray:
     """Dense C_k (shape (L,)*k) from the a_alpha: C_k[i] = a_alpha alpha!/k!."""
     L = store.L
     if L**k > MAX_TENSOR_ENTRIES:
-        raise ValueError(
-            f"C_{k} would have L^k = {L}^{k} entries; lower max_order or L"
-        )
+        raise ValueError(f"C_{k} would have L^k = {L}^{k} entries; lower max_order or L")
     C = np.zeros((L,) * k)
     kf = math.factorial(k)
     for a in store.support():
@@ -1344,23 +1378,31 @@ class SIEReport(Result):
             lines.append(f"tied contraction C_SIE x (1..1): {self.tied_contraction:.10g}{exact_c}")
             lab = "exact" if self.op_norm_exact else "estimate (power iteration)"
             lines.append(f"operator norm ||C_SIE||_op: {self.op_norm:.10g}  [{lab}]")
-            lines.append(f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}"
-                         f"  (from the initial drift ratio: {self.gain_optimal_drift:.6g})")
-            lines.append(f"gain at equal step sizes: {self.gain_equal:.6g}  (from the initial "
-                         f"drift ratio: {self.gain_equal_drift:.6g})")
+            lines.append(
+                f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}"
+                f"  (from the initial drift ratio: {self.gain_optimal_drift:.6g})"
+            )
+            lines.append(
+                f"gain at equal step sizes: {self.gain_equal:.6g}  (from the initial "
+                f"drift ratio: {self.gain_equal_drift:.6g})"
+            )
             ok = "yes" if self.tied_learnable else "NO (contraction is zero)"
             lines.append(f"tied network can learn it: {ok}")
-        lines.append("SIE of the even part (attention without positional encoding): "
-                     f"{self.even_sie}")
+        lines.append(
+            f"SIE of the even part (attention without positional encoding): {self.even_sie}"
+        )
         if self.L == 1:
             lines.append(f"classic information exponent: {self.information_exponent}")
-        lines.append("coefficients: " + ("exact (sympy)" if self.exact else
-                                         f"numerical, tolerance {self.tolerance:.1e}"))
+        lines.append(
+            "coefficients: "
+            + ("exact (sympy)" if self.exact else f"numerical, tolerance {self.tolerance:.1e}")
+        )
         return "\n".join(lines)
 
 
-def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DEFAULT_TOL,
-            rng=0) -> SIEReport:
+def analyze(
+    target, L: int | None = None, max_order: int = 6, *, tol: float = DEFAULT_TOL, rng=0
+) -> SIEReport:
     """Full SIE analysis of a target (string or sympy expression): see the module docstring."""
     t = parse_target(target, L)
     K = int(max_order)
@@ -1371,7 +1413,11 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
     params = dict(expr=str(t.expr), L=t.L, max_order=K, tol=tol)
     if t.is_constant:
         return SIEReport(
-            expr=str(t.expr), L=t.L, sie=None, exact=True, max_order=K,
+            expr=str(t.expr),
+            L=t.L,
+            sie=None,
+            exact=True,
+            max_order=K,
             message="the target is constant: every Hermite coefficient of order >= 1 vanishes, "
             "so the SIE is undefined (sie = null) and nothing can be learned",
             params=params,
@@ -1388,9 +1434,18 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
         k_a = sum(a)
         if k_a <= K:
             energy[k_a] += store.value(a) ** 2 * math.prod(math.factorial(q) for q in a)
-    common = dict(expr=str(t.expr), L=t.L, exact=exact, tolerance=float(store.tolerance),
-                  max_order=K, even_sie=even[0] if even else None, params=params,
-                  metadata=meta, status=status, hermite_energy=energy)
+    common = dict(
+        expr=str(t.expr),
+        L=t.L,
+        exact=exact,
+        tolerance=float(store.tolerance),
+        max_order=K,
+        even_sie=even[0] if even else None,
+        params=params,
+        metadata=meta,
+        status=status,
+        hermite_energy=energy,
+    )
     if not ks:
         return SIEReport(
             sie=None,
@@ -1406,8 +1461,7 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
     tc_exact = None
     lt_exact = None
     if exact:
-        tce = sp.simplify(sum((store.exact[a] for a in store.exact if sum(a) == k),
-                              sp.Integer(0)))
+        tce = sp.simplify(sum((store.exact[a] for a in store.exact if sum(a) == k), sp.Integer(0)))
         tc_exact = str(tce)
         tc_zero = _exact_is_zero(tce)
         if k <= 2 and t.L <= 16:
@@ -1433,11 +1487,16 @@ def analyze(target, L: int | None = None, max_order: int = 6, *, tol: float = DE
         g_drift = abs(ratio) * t.L ** (1 - k / 2)
     msg = ""
     if tc_zero:
-        msg = ("C_SIE x (1,...,1) = 0: the tied network is stuck at m = 0 (gain 0); the untied "
-               "network learns it")
+        msg = (
+            "C_SIE x (1,...,1) = 0: the tied network is stuck at m = 0 (gain 0); the untied "
+            "network learns it"
+        )
     if status != "ok":
-        msg = ((msg + "; " if msg else "")
-               + "numerical quadrature did not reach the tolerance: " + note)
+        msg = (
+            (msg + "; " if msg else "")
+            + "numerical quadrature did not reach the tolerance: "
+            + note
+        )
     return SIEReport(
         sie=k,
         leading_tensor=C,

@@ -83,9 +83,18 @@ class Outcome:
     cache_file: str | None = None
 
     def to_dict(self) -> dict:
-        return to_jsonable(dict(name=self.name, module=self.module, status=self.status,
-                                seconds=self.seconds, files=self.files, numbers=self.numbers,
-                                error=self.error, cache_file=self.cache_file))
+        return to_jsonable(
+            dict(
+                name=self.name,
+                module=self.module,
+                status=self.status,
+                seconds=self.seconds,
+                files=self.files,
+                numbers=self.numbers,
+                error=self.error,
+                cache_file=self.cache_file,
+            )
+        )
 
 
 @dataclass
@@ -102,11 +111,17 @@ class Report:
         return [o for o in self.outcomes if o.status == "failed"]
 
     def to_dict(self) -> dict:
-        return to_jsonable(dict(out=str(self.out), mode="quick" if self.quick else "full",
-                                seconds=self.seconds, summary=str(self.summary),
-                                pieces=[o.to_dict() for o in self.outcomes],
-                                missing=self.missing,
-                                failed=[o.name for o in self.failed]))
+        return to_jsonable(
+            dict(
+                out=str(self.out),
+                mode="quick" if self.quick else "full",
+                seconds=self.seconds,
+                summary=str(self.summary),
+                pieces=[o.to_dict() for o in self.outcomes],
+                missing=self.missing,
+                failed=[o.name for o in self.failed],
+            )
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,7 +162,8 @@ def discover(modules: Iterable[str] | None = None) -> tuple[dict[str, Piece], di
         for name, fn in figs.items():
             if name in pieces:
                 missing[f"{modname}:{name}"] = (
-                    f"duplicate figure name (already defined by {pieces[name].module})")
+                    f"duplicate figure name (already defined by {pieces[name].module})"
+                )
                 continue
             if not callable(fn):
                 missing[f"{modname}:{name}"] = "FIGURES entry is not callable"
@@ -228,8 +244,9 @@ def _normalise_result(out: Path, result) -> dict:
     for n in result.get("numbers", []) or []:
         if not isinstance(n, dict) or "name" not in n or "value" not in n:
             raise TypeError(f"each number must be dict(name=, value=, how=), got {n!r}")
-        numbers.append({"name": str(n["name"]), "value": to_jsonable(n["value"]),
-                        "how": str(n.get("how", ""))})
+        numbers.append(
+            {"name": str(n["name"]), "value": to_jsonable(n["value"]), "how": str(n.get("how", ""))}
+        )
     return {"files": files, "numbers": numbers}
 
 
@@ -283,6 +300,7 @@ def run_reproduce(
     pieces, missing = discover(modules)
     chosen = select(pieces, names)
     if log is None:
+
         def log(msg):
             print(msg, file=sys.stderr, flush=True)
 
@@ -292,10 +310,15 @@ def run_reproduce(
     for p in chosen:
         entry = None if force else _load_cache(out, p, quick)
         if entry is not None:
-            outcomes[p.name] = Outcome(p.name, p.module, "cached", entry.get("seconds"),
-                                       entry["result"].get("files", []),
-                                       entry["result"].get("numbers", []),
-                                       cache_file=str(_cache_path(out, p, quick)))
+            outcomes[p.name] = Outcome(
+                p.name,
+                p.module,
+                "cached",
+                entry.get("seconds"),
+                entry["result"].get("files", []),
+                entry["result"].get("numbers", []),
+                cache_file=str(_cache_path(out, p, quick)),
+            )
         else:
             todo.append(p)
     mode = "quick" if quick else "full"
@@ -319,14 +342,29 @@ def run_reproduce(
             msg = f"{p.name}: FAILED after {dt or 0:.1f} s: {o.error}"
         else:
             path = _cache_path(out, p, quick)
-            atomic_write_text(path, dumps_json(dict(
-                name=p.name, module=p.module, mode=mode, version=__version__,
-                source_hash=p.source_hash, seconds=dt, result=res,
-                finished=datetime.now(timezone.utc).isoformat(timespec="seconds"))) + "\n")
-            o = Outcome(p.name, p.module, "ok", dt, res["files"], res["numbers"],
-                        cache_file=str(path))
-            msg = (f"{p.name}: ok in {dt:.1f} s ({len(res['files'])} file(s), "
-                   f"{len(res['numbers'])} number(s))")
+            atomic_write_text(
+                path,
+                dumps_json(
+                    dict(
+                        name=p.name,
+                        module=p.module,
+                        mode=mode,
+                        version=__version__,
+                        source_hash=p.source_hash,
+                        seconds=dt,
+                        result=res,
+                        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    )
+                )
+                + "\n",
+            )
+            o = Outcome(
+                p.name, p.module, "ok", dt, res["files"], res["numbers"], cache_file=str(path)
+            )
+            msg = (
+                f"{p.name}: ok in {dt:.1f} s ({len(res['files'])} file(s), "
+                f"{len(res['numbers'])} number(s))"
+            )
         outcomes[p.name] = o
         if bar is not None:
             bar.write(msg, file=sys.stderr)
@@ -372,10 +410,15 @@ def run_reproduce(
                 continue
             entry = _load_cache(out, p, quick)
             if entry is not None:
-                outcomes[name] = Outcome(name, p.module, "cached", entry.get("seconds"),
-                                         entry["result"].get("files", []),
-                                         entry["result"].get("numbers", []),
-                                         cache_file=str(_cache_path(out, p, quick)))
+                outcomes[name] = Outcome(
+                    name,
+                    p.module,
+                    "cached",
+                    entry.get("seconds"),
+                    entry["result"].get("files", []),
+                    entry["result"].get("numbers", []),
+                    cache_file=str(_cache_path(out, p, quick)),
+                )
             else:
                 outcomes[name] = Outcome(name, p.module, "not run")
         ordered = [outcomes[n] for n in pieces if n in outcomes]
@@ -413,8 +456,11 @@ def write_summary(report: Report) -> Path:
         "",
         f"Written by `theory reproduce --{mode}` (theory {__version__}) on {now}; "
         f"this run took {report.seconds:.0f} s. "
-        + ("Quick mode: reduced sizes (see each \"how\"), meant to finish in minutes."
-           if report.quick else "Full mode: the papers' sizes."),
+        + (
+            'Quick mode: reduced sizes (see each "how"), meant to finish in minutes.'
+            if report.quick
+            else "Full mode: the papers' sizes."
+        ),
         "",
         "## Headline numbers",
         "",
@@ -426,13 +472,20 @@ def write_summary(report: Report) -> Path:
         if o.status not in ("ok", "cached"):
             continue
         for n in o.numbers:
-            lines.append(f"| {_cell(o.name)} | {_cell(n['name'])} | {_cell(_fmt_value(n['value']))}"
-                         f" | {_cell(n.get('how', ''))} |")
+            lines.append(
+                f"| {_cell(o.name)} | {_cell(n['name'])} | {_cell(_fmt_value(n['value']))}"
+                f" | {_cell(n.get('how', ''))} |"
+            )
             n_numbers += 1
     if n_numbers == 0:
         lines.append("| — | no numbers yet | — | — |")
-    lines += ["", "## Figures", "", "| figure | module | status | time (s) | files |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Figures",
+        "",
+        "| figure | module | status | time (s) | files |",
+        "|---|---|---|---|---|",
+    ]
     for o in report.outcomes:
         status = o.status if o.status != "failed" else f"**failed**: {o.error}"
         secs = "" if o.seconds is None else f"{o.seconds:.1f}"
@@ -454,6 +507,7 @@ def list_pieces(out="figures", quick: bool = True, modules=None) -> tuple[list[d
     pieces, missing = discover(modules)
     rows = []
     for p in pieces.values():
-        rows.append(dict(name=p.name, module=p.module,
-                         cached=_load_cache(out, p, quick) is not None))
+        rows.append(
+            dict(name=p.name, module=p.module, cached=_load_cache(out, p, quick) is not None)
+        )
     return rows, missing

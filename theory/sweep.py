@@ -91,8 +91,7 @@ def expand_grid(grid) -> list[dict]:
         for p in grid:
             if not isinstance(p, Mapping):
                 raise ValueError(
-                    "a grid given as a list must hold dicts of parameters, got "
-                    f"{type(p).__name__}"
+                    f"a grid given as a list must hold dicts of parameters, got {type(p).__name__}"
                 )
             points.append({str(k): _scalar(v) for k, v in p.items()})
     else:
@@ -234,8 +233,9 @@ class ResultTable:
         for rec in reader:
             if len(rec) != len(header):
                 continue
-            rows.append({h: (c if h == KEY_COLUMN else _parse_cell(c))
-                         for h, c in zip(header, rec)})
+            rows.append(
+                {h: (c if h == KEY_COLUMN else _parse_cell(c)) for h, c in zip(header, rec)}
+            )
         return rows
 
     # -- writing ----------------------------------------------------------------------------
@@ -453,8 +453,13 @@ def run_sweep(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=desc or "sweep",
-                   unit="pt", dynamic_ncols=True)
+        bar = tqdm(
+            total=len(points),
+            initial=len(points) - len(todo),
+            desc=desc or "sweep",
+            unit="pt",
+            dynamic_ncols=True,
+        )
 
     own_executor = None
     client = None
@@ -464,8 +469,9 @@ def run_sweep(
         elif executor is None:
             n = workers if workers is not None else (os.cpu_count() or 1)
             n = max(1, min(n, len(todo)))
-            own_executor = executor = (_SerialExecutor() if n == 1
-                                       else cf.ProcessPoolExecutor(max_workers=n))
+            own_executor = executor = (
+                _SerialExecutor() if n == 1 else cf.ProcessPoolExecutor(max_workers=n)
+            )
 
     def finish(i: int, result) -> None:
         row = dict(points[i])
@@ -530,8 +536,11 @@ def run_sweep(
     if first_error is not None:
         point, exc = first_error
         n_done = sum(r is not None for r in rows)
-        note = (f"sweep point {point} failed ({n_done}/{len(points)} points saved"
-                + (f" in {out}" if out is not None else "") + ")")
+        note = (
+            f"sweep point {point} failed ({n_done}/{len(points)} points saved"
+            + (f" in {out}" if out is not None else "")
+            + ")"
+        )
         if hasattr(exc, "add_note"):
             exc.add_note(note)
             raise exc
@@ -580,8 +589,13 @@ def demo_point(x: float, y: float = 1.0, delay: float = 0.0) -> dict:
     return {"f": math.sin(float(x)) * float(y), "g": float(x) ** 2 + float(y), "pid": os.getpid()}
 
 
-def erm_fixed_point_point(alpha: float, omega: float, branch: str = "semantic",
-                          sigma: float | None = None, lam: float | None = None) -> dict:
+def erm_fixed_point_point(
+    alpha: float,
+    omega: float,
+    branch: str = "semantic",
+    sigma: float | None = None,
+    lam: float | None = None,
+) -> dict:
     """One replica fixed point of the positional–semantic ERM model on the given branch."""
     from theory.models import positional_semantic as ps
 
@@ -592,15 +606,24 @@ def erm_fixed_point_point(alpha: float, omega: float, branch: str = "semantic",
     return {k: row.get(k) for k in keep if k in row}
 
 
-def erm_transition_point(omega: float, sigma: float | None = None,
-                         lam: float | None = None) -> dict:
+def erm_transition_point(
+    omega: float, sigma: float | None = None, lam: float | None = None
+) -> dict:
     """α_c(ω) and α_l(ω) of the positional–semantic ERM model (one point of the phase diagram)."""
     from theory.models import positional_semantic as ps
 
     kw = {k: v for k, v in (("omega", omega), ("sigma", sigma), ("lam", lam)) if v is not None}
     row = _as_row(ps.transition(ps.ERMParams(**kw)))
-    keep = ("alpha_c", "alpha_l", "eps_g_lin", "eps_g_sem_at_alpha_c", "eps_g_pos_at_alpha_c",
-            "alpha_l_branch", "status", "message")
+    keep = (
+        "alpha_c",
+        "alpha_l",
+        "eps_g_lin",
+        "eps_g_sem_at_alpha_c",
+        "eps_g_pos_at_alpha_c",
+        "alpha_l_branch",
+        "status",
+        "message",
+    )
     return {k: row.get(k) for k in keep if k in row}
 
 
@@ -629,52 +652,72 @@ def sie_point(target: str, L: int | None = None) -> dict:
 
     res = hermite.analyze(target, L=L)
     row = _as_row(res)
-    keep = ("sie", "tied_contraction", "op_norm", "gain_optimal", "gain_equal",
-            "tied_learnable", "even_sie", "exact")
+    keep = (
+        "sie",
+        "tied_contraction",
+        "op_norm",
+        "gain_optimal",
+        "gain_equal",
+        "tied_learnable",
+        "even_sie",
+        "exact",
+    )
     return {k: row.get(k) for k in keep if k in row}
 
 
 SWEEPABLE: dict[str, Sweepable] = {
     "demo": Sweepable(
-        "demo", demo_point,
+        "demo",
+        demo_point,
         axes={"x": (float, "x values"), "y": (float, "y values")},
         options={"delay": (float, 0.0, "seconds to sleep per point")},
         help="f = sin(x)·y, g = x²+y: a cheap function to try the machinery or a cluster",
     ),
     "erm-fixed-point": Sweepable(
-        "erm-fixed-point", erm_fixed_point_point,
+        "erm-fixed-point",
+        erm_fixed_point_point,
         axes={"alpha": (float, "sample ratios α = n/d"), "omega": (float, "mixing weights ω")},
-        options={"branch": (str, "semantic", "semantic | positional | trivial"),
-                 "sigma": (float, None, "teacher σ (default: the model's)"),
-                 "lam": (float, None, "ridge λ (default: the model's)")},
+        options={
+            "branch": (str, "semantic", "semantic | positional | trivial"),
+            "sigma": (float, None, "teacher σ (default: the model's)"),
+            "lam": (float, None, "ridge λ (default: the model's)"),
+        },
         help="replica fixed point of the positional–semantic ERM model at each (α, ω)",
         requires="theory.models.positional_semantic",
     ),
     "erm-transition": Sweepable(
-        "erm-transition", erm_transition_point,
+        "erm-transition",
+        erm_transition_point,
         axes={"omega": (float, "mixing weights ω")},
-        options={"sigma": (float, None, "teacher σ (default: the model's)"),
-                 "lam": (float, None, "ridge λ (default: the model's)")},
+        options={
+            "sigma": (float, None, "teacher σ (default: the model's)"),
+            "lam": (float, None, "ridge λ (default: the model's)"),
+        },
         help="α_c(ω) and α_l(ω) of the ERM model (each ω is one point: the phase diagram)",
         requires="theory.models.positional_semantic",
     ),
     "sgd-boundaries": Sweepable(
-        "sgd-boundaries", sgd_boundaries_point,
+        "sgd-boundaries",
+        sgd_boundaries_point,
         axes={"a": (float, "positional strengths a")},
         help="ω where each SGD regime of the positional–semantic target switches, per a",
         requires="theory.models.ssi",
     ),
     "sgd-ode": Sweepable(
-        "sgd-ode", sgd_ode_point,
+        "sgd-ode",
+        sgd_ode_point,
         axes={"omega": (float, "target ω values"), "a": (float, "target a values")},
         options={"lr": (float, 0.05, "step size γ"), "d": (int, 10_000, "dimension d")},
         help="(e, m) ODE of the SGD positional–semantic target: escape time and minimum",
         requires="theory.models.ssi",
     ),
     "sie": Sweepable(
-        "sie", sie_point,
-        axes={"target": (str, "target expressions (separate with ';')"),
-              "L": (int, "sequence lengths")},
+        "sie",
+        sie_point,
+        axes={
+            "target": (str, "target expressions (separate with ';')"),
+            "L": (int, "sequence lengths"),
+        },
         help="SIE, tied contraction and tied/untied gains of each target",
         requires="theory.hermite",
     ),
@@ -683,9 +726,7 @@ SWEEPABLE: dict[str, Sweepable] = {
 
 def get_sweepable(name: str) -> Sweepable:
     if name not in SWEEPABLE:
-        raise ValueError(
-            f"unknown sweep {name!r}: choose one of {', '.join(sorted(SWEEPABLE))}"
-        )
+        raise ValueError(f"unknown sweep {name!r}: choose one of {', '.join(sorted(SWEEPABLE))}")
     entry = SWEEPABLE[name]
     ok, why = entry.available()
     if not ok:

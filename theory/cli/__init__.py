@@ -49,7 +49,9 @@ def main(argv=None) -> int:
         print(f"theory {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"theory {args.command}: interrupted (finished pieces are kept on disk)",
-              file=sys.stderr)
+        print(
+            f"theory {args.command}: interrupted (finished pieces are kept on disk)",
+            file=sys.stderr,
+        )
         return 130
     return 0 if status is None else int(status)

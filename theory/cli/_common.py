@@ -9,8 +9,11 @@ from theory._util import dumps_json
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object on stdout instead of the human-readable text")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout instead of the human-readable text",
+    )
 
 
 def emit(args, payload: dict, text: str | None = None) -> None:

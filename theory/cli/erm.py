@@ -12,47 +12,98 @@ import numpy as np
 from theory._util import atomic_write_text, parse_range
 from theory.cli._common import add_json, emit
 
-FP_FIELDS = ("q", "m", "theta", "V", "qhat", "mhat", "thetahat", "Vhat", "eps_t", "eps_g",
-             "branch", "status", "iterations", "residual")
+FP_FIELDS = (
+    "q",
+    "m",
+    "theta",
+    "V",
+    "qhat",
+    "mhat",
+    "thetahat",
+    "Vhat",
+    "eps_t",
+    "eps_g",
+    "branch",
+    "status",
+    "iterations",
+    "residual",
+)
 
 
 def _model_args(p, *, omega=True):
     if omega:
-        p.add_argument("--omega", type=float, required=True,
-                       help="teacher mixing ω in [0, 1] (0 semantic, 1 positional)")
+        p.add_argument(
+            "--omega",
+            type=float,
+            required=True,
+            help="teacher mixing ω in [0, 1] (0 semantic, 1 positional)",
+        )
     p.add_argument("--sigma", type=float, default=0.5, help="token noise σ (default 0.5)")
     p.add_argument("--lam", type=float, default=0.01, help="ridge λ (default 0.01)")
-    p.add_argument("--A", default="0.6,0.4,0.4,0.6",
-                   help="teacher positional matrix A as a11,a12,a21,a22 (row-stochastic; "
-                        "default 0.6,0.4,0.4,0.6)")
+    p.add_argument(
+        "--A",
+        default="0.6,0.4,0.4,0.6",
+        help="teacher positional matrix A as a11,a12,a21,a22 (row-stochastic; "
+        "default 0.6,0.4,0.4,0.6)",
+    )
 
 
 def _quad_args(p):
-    p.add_argument("--method", default="split", choices=("split", "gh", "qmc", "mc"),
-                   help="quadrature: 'split' (default; polar rule that splits every circle at "
-                        "the jumps of the prox), 'gh' (plain tensor Gauss-Hermite), 'qmc', 'mc'")
-    p.add_argument("--nodes", type=int, default=None,
-                   help="split: Gauss-Hermite nodes per η component (selects --eta gh; the "
-                        "default η rule is the trapezoid); gh: nodes per dimension (default "
-                        "14); qmc/mc: number of points")
-    p.add_argument("--eta", default=None, choices=("trap", "gh"),
-                   help="split: rule for the outer η integral, 'trap' (default: trapezoid with "
-                        "spacing --h, converges geometrically here) or 'gh' (Gauss-Hermite "
-                        "with --nodes)")
-    p.add_argument("--h", type=float, default=None,
-                   help="split: trapezoid spacing in η (default 0.5; 0.35 for a reference)")
-    p.add_argument("--n-r", type=int, default=None,
-                   help="split: radial Gauss-Legendre nodes (default 16)")
-    p.add_argument("--n-phi", type=int, default=None,
-                   help="split: scan angles per circle (default 16)")
-    p.add_argument("--n-arc", type=int, default=None,
-                   help="split: Gauss-Legendre nodes per arc between jumps (default 4)")
-    p.add_argument("--mixing", type=float, default=0.5,
-                   help="damping of the fallback damped/Anderson iteration: weight of the new "
-                        "iterate, in (0, 1] (default 0.5)")
-    p.add_argument("--tol", type=float, default=None,
-                   help="relative tolerance on the undamped residual (default 1e-6, below "
-                        "the default quadrature's ~4e-5 error)")
+    p.add_argument(
+        "--method",
+        default="split",
+        choices=("split", "gh", "qmc", "mc"),
+        help="quadrature: 'split' (default; polar rule that splits every circle at "
+        "the jumps of the prox), 'gh' (plain tensor Gauss-Hermite), 'qmc', 'mc'",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="split: Gauss-Hermite nodes per η component (selects --eta gh; the "
+        "default η rule is the trapezoid); gh: nodes per dimension (default "
+        "14); qmc/mc: number of points",
+    )
+    p.add_argument(
+        "--eta",
+        default=None,
+        choices=("trap", "gh"),
+        help="split: rule for the outer η integral, 'trap' (default: trapezoid with "
+        "spacing --h, converges geometrically here) or 'gh' (Gauss-Hermite "
+        "with --nodes)",
+    )
+    p.add_argument(
+        "--h",
+        type=float,
+        default=None,
+        help="split: trapezoid spacing in η (default 0.5; 0.35 for a reference)",
+    )
+    p.add_argument(
+        "--n-r", type=int, default=None, help="split: radial Gauss-Legendre nodes (default 16)"
+    )
+    p.add_argument(
+        "--n-phi", type=int, default=None, help="split: scan angles per circle (default 16)"
+    )
+    p.add_argument(
+        "--n-arc",
+        type=int,
+        default=None,
+        help="split: Gauss-Legendre nodes per arc between jumps (default 4)",
+    )
+    p.add_argument(
+        "--mixing",
+        type=float,
+        default=0.5,
+        help="damping of the fallback damped/Anderson iteration: weight of the new "
+        "iterate, in (0, 1] (default 0.5)",
+    )
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        help="relative tolerance on the undamped residual (default 1e-6, below "
+        "the default quadrature's ~4e-5 error)",
+    )
 
 
 def _theory_tail(p, func):
@@ -71,9 +122,12 @@ def _params(args, omega=None):
         raise ValueError(f"--A must be four numbers a11,a12,a21,a22, got {args.A!r}") from None
     if len(a) != 4:
         raise ValueError(f"--A must be four numbers a11,a12,a21,a22, got {args.A!r}")
-    return ps.ERMParams(sigma=args.sigma, lam=args.lam,
-                        omega=args.omega if omega is None else omega,
-                        A=[[a[0], a[1]], [a[2], a[3]]])
+    return ps.ERMParams(
+        sigma=args.sigma,
+        lam=args.lam,
+        omega=args.omega if omega is None else omega,
+        A=[[a[0], a[1]], [a[2], a[3]]],
+    )
 
 
 def _fp_kwargs(args):
@@ -87,8 +141,15 @@ def _rule(args):
     from theory.models import positional_semantic as ps
 
     if args.method == "split":
-        return ps.make_rule("split", args.nodes, n_r=args.n_r, n_phi=args.n_phi,
-                            n_arc=args.n_arc, h=args.h, eta=args.eta)
+        return ps.make_rule(
+            "split",
+            args.nodes,
+            n_r=args.n_r,
+            n_phi=args.n_phi,
+            n_arc=args.n_arc,
+            h=args.h,
+            eta=args.eta,
+        )
     return ps.make_rule(args.method, args.nodes)
 
 
@@ -102,16 +163,35 @@ def cmd_fixed_point(args):
     r = ps.fixed_point(args.alpha, p, args.branch, **_fp_kwargs(args))
     d = r.to_dict()
     payload = {k: d[k] for k in FP_FIELDS}
-    payload.update(alpha=r.alpha, omega=r.omega, branch_init=r.branch_init,
-                   theta_over_sigma2=r.theta / p.s2, message=r.message,
-                   quadrature=_rule(args).describe())
+    payload.update(
+        alpha=r.alpha,
+        omega=r.omega,
+        branch_init=r.branch_init,
+        theta_over_sigma2=r.theta / p.s2,
+        message=r.message,
+        quadrature=_rule(args).describe(),
+    )
     text = "\n".join(f"{k}: {v}" for k, v in payload.items())
     emit(args, payload, text)
     return 0 if r.converged else 1
 
 
-CURVE_COLUMNS = ("kind", "alpha", "omega", "q", "m", "theta", "theta_over_sigma2", "V", "eps_t",
-                 "eps_g", "branch", "status", "iterations", "sweep")
+CURVE_COLUMNS = (
+    "kind",
+    "alpha",
+    "omega",
+    "q",
+    "m",
+    "theta",
+    "theta_over_sigma2",
+    "V",
+    "eps_t",
+    "eps_g",
+    "branch",
+    "status",
+    "iterations",
+    "sweep",
+)
 
 
 def curve_rows(results, p, eps_lin):
@@ -119,21 +199,52 @@ def curve_rows(results, p, eps_lin):
 
     rows = []
     for r in results:
-        rows.append(dict(kind=r.branch_init, alpha=r.alpha, omega=r.omega, q=r.q, m=r.m,
-                         theta=r.theta, theta_over_sigma2=r.theta / p.s2, V=r.V, eps_t=r.eps_t,
-                         eps_g=r.eps_g, branch=r.branch, status=r.status,
-                         iterations=r.iterations, sweep=r.metadata.get("sweep", "")))
+        rows.append(
+            dict(
+                kind=r.branch_init,
+                alpha=r.alpha,
+                omega=r.omega,
+                q=r.q,
+                m=r.m,
+                theta=r.theta,
+                theta_over_sigma2=r.theta / p.s2,
+                V=r.V,
+                eps_t=r.eps_t,
+                eps_g=r.eps_g,
+                branch=r.branch,
+                status=r.status,
+                iterations=r.iterations,
+                sweep=r.metadata.get("sweep", ""),
+            )
+        )
     # the global minimiser: lowest ε_t among the converged fixed points that stayed on the
     # branch they were started on (any sweep direction)
     same = [r for r in results if r.branch == r.branch_init]
     for r in ps.global_minimiser(same):
-        rows.append(dict(kind="global", alpha=r.alpha, omega=r.omega, q=r.q, m=r.m,
-                         theta=r.theta, theta_over_sigma2=r.theta / p.s2, V=r.V,
-                         eps_t=r.eps_t, eps_g=r.eps_g, branch=r.branch, status=r.status,
-                         iterations=r.iterations, sweep=r.metadata.get("sweep", "")))
+        rows.append(
+            dict(
+                kind="global",
+                alpha=r.alpha,
+                omega=r.omega,
+                q=r.q,
+                m=r.m,
+                theta=r.theta,
+                theta_over_sigma2=r.theta / p.s2,
+                V=r.V,
+                eps_t=r.eps_t,
+                eps_g=r.eps_g,
+                branch=r.branch,
+                status=r.status,
+                iterations=r.iterations,
+                sweep=r.metadata.get("sweep", ""),
+            )
+        )
     for a in sorted({r.alpha for r in results}):
-        rows.append(dict(kind="baseline", alpha=a, omega=p.omega, eps_g=eps_lin,
-                         status="ok", branch="linear"))
+        rows.append(
+            dict(
+                kind="baseline", alpha=a, omega=p.omega, eps_g=eps_lin, status="ok", branch="linear"
+            )
+        )
     return rows
 
 
@@ -142,8 +253,12 @@ def _csv(rows, columns) -> str:
     w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
     w.writeheader()
     for r in rows:
-        w.writerow({k: ("" if v is None or (isinstance(v, float) and not math.isfinite(v))
-                        else v) for k, v in r.items()})
+        w.writerow(
+            {
+                k: ("" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v)
+                for k, v in r.items()
+            }
+        )
     return buf.getvalue()
 
 
@@ -153,8 +268,14 @@ def cmd_curve(args):
     p = _params(args)
     alphas = parse_range(args.alphas)
     sweeps = {"both": ("forward", "backward"), "auto": None}.get(args.sweeps, (args.sweeps,))
-    res = ps.curve(alphas, p, ("semantic", "positional"), sweeps=sweeps,
-                   progress=not args.json and not args.no_progress, **_fp_kwargs(args))
+    res = ps.curve(
+        alphas,
+        p,
+        ("semantic", "positional"),
+        sweeps=sweeps,
+        progress=not args.json and not args.no_progress,
+        **_fp_kwargs(args),
+    )
     eps_lin = ps.linear_baseline(p)
     rows = curve_rows(res, p, eps_lin)
     if args.out:
@@ -163,14 +284,18 @@ def cmd_curve(args):
         from theory.plots.erm_theory import plot_curve
 
         plot_curve(rows, p, args.plot)
-    lines = [f"{'kind':>10} {'alpha':>8} {'q':>10} {'m':>10} {'theta/s2':>9} {'V':>9} "
-             f"{'eps_t':>11} {'eps_g':>11} {'branch':>10} status"]
+    lines = [
+        f"{'kind':>10} {'alpha':>8} {'q':>10} {'m':>10} {'theta/s2':>9} {'V':>9} "
+        f"{'eps_t':>11} {'eps_g':>11} {'branch':>10} status"
+    ]
     for r in rows:
         if r["kind"] == "baseline":
             continue
-        lines.append(f"{r['kind']:>10} {r['alpha']:8.4f} {r['q']:10.6f} {r['m']:10.6f} "
-                     f"{r['theta_over_sigma2']:9.5f} {r['V']:9.4f} {r['eps_t']:11.7f} "
-                     f"{r['eps_g']:11.7f} {r['branch']:>10} {r['status']}")
+        lines.append(
+            f"{r['kind']:>10} {r['alpha']:8.4f} {r['q']:10.6f} {r['m']:10.6f} "
+            f"{r['theta_over_sigma2']:9.5f} {r['V']:9.4f} {r['eps_t']:11.7f} "
+            f"{r['eps_g']:11.7f} {r['branch']:>10} {r['status']}"
+        )
     lines.append(f"linear baseline eps_g_lin = {eps_lin:.7f}")
     emit(args, dict(omega=p.omega, eps_g_lin=eps_lin, rows=rows), "\n".join(lines))
 
@@ -183,11 +308,18 @@ def cmd_transition(args):
     if args.alphas:
         kw["alphas"] = parse_range(args.alphas)
     t = ps.transition(p, progress=not args.json and not args.no_progress, **kw)
-    payload = dict(omega=t.omega, alpha_c=t.alpha_c, alpha_l=t.alpha_l, eps_g_lin=t.eps_g_lin,
-                   eps_g_sem_at_alpha_c=t.eps_g_sem_at_alpha_c,
-                   eps_g_pos_at_alpha_c=t.eps_g_pos_at_alpha_c,
-                   eps_t_at_alpha_c=t.eps_t_at_alpha_c, alpha_l_branch=t.alpha_l_branch,
-                   status=t.status, message=t.message)
+    payload = dict(
+        omega=t.omega,
+        alpha_c=t.alpha_c,
+        alpha_l=t.alpha_l,
+        eps_g_lin=t.eps_g_lin,
+        eps_g_sem_at_alpha_c=t.eps_g_sem_at_alpha_c,
+        eps_g_pos_at_alpha_c=t.eps_g_pos_at_alpha_c,
+        eps_t_at_alpha_c=t.eps_t_at_alpha_c,
+        alpha_l_branch=t.alpha_l_branch,
+        status=t.status,
+        message=t.message,
+    )
     emit(args, payload)
     return 0 if t.status == "converged" else 1
 
@@ -212,19 +344,36 @@ def cmd_phase_diagram(args):
             atomic_write_text(args.out, _csv(rows, PD_COLUMNS))
 
     # one call: without --alphas each ω continues from the previous ω's α_c and fixed points
-    rows = ps.phase_diagram([float(w) for w in omegas], p, on_row=on_row,
-                            progress=not args.json and not args.no_progress, **kw)
+    rows = ps.phase_diagram(
+        [float(w) for w in omegas],
+        p,
+        on_row=on_row,
+        progress=not args.json and not args.no_progress,
+        **kw,
+    )
     on_row(rows)
     payload = dict(rows=rows)
     if heat is not None:
         from theory.plots.erm import simulated_delta_eps_t
 
         mean, sem = simulated_delta_eps_t(
-            heat["alphas"], heat["omegas"], args.d, args.seeds, sigma=p.sigma, lam=p.lam,
-            method=args.sim_method, cache_path=args.sim_cache,
-            progress=not args.json and not args.no_progress)
-        heat.update(delta_eps_t=mean, delta_eps_t_err=sem, d=args.d, seeds=args.seeds,
-                    method=args.sim_method)
+            heat["alphas"],
+            heat["omegas"],
+            args.d,
+            args.seeds,
+            sigma=p.sigma,
+            lam=p.lam,
+            method=args.sim_method,
+            cache_path=args.sim_cache,
+            progress=not args.json and not args.no_progress,
+        )
+        heat.update(
+            delta_eps_t=mean,
+            delta_eps_t_err=sem,
+            d=args.d,
+            seeds=args.seeds,
+            method=args.sim_method,
+        )
         payload["heatmap"] = heat
     if args.plot:
         if heat is not None:
@@ -235,11 +384,16 @@ def cmd_phase_diagram(args):
             from theory.plots.erm_theory import plot_phase_diagram
 
             plot_phase_diagram(rows, p, args.plot)
-    text = "\n".join(f"omega={r['omega']:.4f} alpha_c={r['alpha_c']:.5f} "
-                     f"alpha_l={r['alpha_l']:.5f} ({r['status']})" for r in rows)
+    text = "\n".join(
+        f"omega={r['omega']:.4f} alpha_c={r['alpha_c']:.5f} "
+        f"alpha_l={r['alpha_l']:.5f} ({r['status']})"
+        for r in rows
+    )
     if heat is not None:
-        text += f"\nsimulated Δε_t = ε_t(semantic init) − ε_t(positional init), d={args.d}, " \
-                f"{args.seeds} seed(s), rows ω, columns α = {heat['alphas']}:"
+        text += (
+            f"\nsimulated Δε_t = ε_t(semantic init) − ε_t(positional init), d={args.d}, "
+            f"{args.seeds} seed(s), rows ω, columns α = {heat['alphas']}:"
+        )
         for w, line in zip(heat["omegas"], heat["delta_eps_t"]):
             text += f"\n  ω={w:.3f}: " + " ".join(f"{v:+.2e}" for v in line)
     emit(args, payload, text)
@@ -277,8 +431,12 @@ def _sim_common(p):
     p.add_argument("--alpha", type=float, required=True, help="sample ratio α = n/d (> 0)")
     _model_args(p)
     p.add_argument("--d", type=int, default=400, help="token dimension d (default 400)")
-    p.add_argument("--init", default="semantic", choices=("semantic", "positional", "random"),
-                   help="initialisation (default semantic)")
+    p.add_argument(
+        "--init",
+        default="semantic",
+        choices=("semantic", "positional", "random"),
+        help="initialisation (default semantic)",
+    )
     p.add_argument("--seeds", type=int, default=3, help="number of seeds 0..S-1 (default 3)")
     add_json(p)
 
@@ -289,26 +447,52 @@ def _run_seeds(args, run, extra=()):
         raise ValueError("--seeds must be >= 1")
     A = _params(args).A_array
     runs = [run(args, s, A) for s in range(args.seeds)]
-    payload = dict(alpha=args.alpha, omega=args.omega, d=args.d, init=args.init,
-                   seeds=args.seeds, **_summarise(runs),
-                   runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + tuple(extra) + ("seed",)}
-                         for r in runs])
+    payload = dict(
+        alpha=args.alpha,
+        omega=args.omega,
+        d=args.d,
+        init=args.init,
+        seeds=args.seeds,
+        **_summarise(runs),
+        runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + tuple(extra) + ("seed",)} for r in runs],
+    )
     emit(args, payload)
 
 
 def _gd_run(args, seed, A):
     from theory.simulate.erm_gd import simulate_gd
 
-    return simulate_gd(args.alpha, args.omega, args.d, args.init, seed, sigma=args.sigma,
-                       lam=args.lam, A=A, lr=args.lr, steps=args.steps, tol=args.tol,
-                       method=args.method)
+    return simulate_gd(
+        args.alpha,
+        args.omega,
+        args.d,
+        args.init,
+        seed,
+        sigma=args.sigma,
+        lam=args.lam,
+        A=A,
+        lr=args.lr,
+        steps=args.steps,
+        tol=args.tol,
+        method=args.method,
+    )
 
 
 def _gamp_run(args, seed, A):
     from theory.simulate.gamp import run_gamp
 
-    return run_gamp(args.alpha, args.omega, args.d, args.init, seed, sigma=args.sigma,
-                    lam=args.lam, A=A, max_iter=args.max_iter, mixing=args.mixing)
+    return run_gamp(
+        args.alpha,
+        args.omega,
+        args.d,
+        args.init,
+        seed,
+        sigma=args.sigma,
+        lam=args.lam,
+        A=A,
+        max_iter=args.max_iter,
+        mixing=args.mixing,
+    )
 
 
 def cmd_simulate(args):
@@ -324,102 +508,160 @@ def cmd_gamp(args):
 
 def register(subparsers):
     erm = subparsers.add_parser(
-        "erm", help="ERM of the positional-semantic attention model: replica theory, "
-                    "transition, GD / GAMP simulations",
+        "erm",
+        help="ERM of the positional-semantic attention model: replica theory, "
+        "transition, GD / GAMP simulations",
         description="Replica-symmetric theory of empirical risk minimisation in the solvable "
-                    "dot-product attention model (Cui et al. 2024), L = 2, and its finite-d "
-                    "counterparts.")
+        "dot-product attention model (Cui et al. 2024), L = 2, and its finite-d "
+        "counterparts.",
+    )
     sub = erm.add_subparsers(dest="erm_command", metavar="SUBCOMMAND")
     erm.set_defaults(func=lambda a: (erm.print_help(), 2)[1])
 
-    p = sub.add_parser("fixed-point", help="solve the state equations at one (α, ω) on a branch",
-                       description="One fixed point of the replica state equations; prints q, "
-                                   "m, theta, V, eps_t, eps_g, branch, status, iterations.")
+    p = sub.add_parser(
+        "fixed-point",
+        help="solve the state equations at one (α, ω) on a branch",
+        description="One fixed point of the replica state equations; prints q, "
+        "m, theta, V, eps_t, eps_g, branch, status, iterations.",
+    )
     p.add_argument("--alpha", type=float, required=True, help="sample ratio α = n/d (> 0)")
     _model_args(p)
-    p.add_argument("--branch", default="semantic", choices=("semantic", "positional", "trivial"),
-                   help="initialisation / invariant subspace (default semantic); the reported "
-                        "branch is read from the converged order parameters")
+    p.add_argument(
+        "--branch",
+        default="semantic",
+        choices=("semantic", "positional", "trivial"),
+        help="initialisation / invariant subspace (default semantic); the reported "
+        "branch is read from the converged order parameters",
+    )
     _theory_tail(p, cmd_fixed_point)
 
-    p = sub.add_parser("curve", help="both branches over a range of α (+ global minimiser, "
-                                     "linear baseline)",
-                       description="Follow the semantic and positional branches over α by "
-                                   "continuation; rows per (kind, α) with kind in semantic, "
-                                   "positional, global, baseline.")
+    p = sub.add_parser(
+        "curve",
+        help="both branches over a range of α (+ global minimiser, linear baseline)",
+        description="Follow the semantic and positional branches over α by "
+        "continuation; rows per (kind, α) with kind in semantic, "
+        "positional, global, baseline.",
+    )
     _model_args(p)
     p.add_argument("--alphas", required=True, help="START:STOP:N (inclusive) or a,b,c")
-    p.add_argument("--sweeps", default="auto", choices=("auto", "forward", "backward", "both"),
-                   help="continuation direction(s); 'auto' (default): the semantic branch "
-                        "backward from the largest α (it disappears at small α), the "
-                        "positional one forward")
+    p.add_argument(
+        "--sweeps",
+        default="auto",
+        choices=("auto", "forward", "backward", "both"),
+        help="continuation direction(s); 'auto' (default): the semantic branch "
+        "backward from the largest α (it disappears at small α), the "
+        "positional one forward",
+    )
     p.add_argument("--out", help="write the rows as CSV (atomically)")
     p.add_argument("--plot", help="write a figure (PNG) of the curves")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _theory_tail(p, cmd_curve)
 
-    p = sub.add_parser("transition", help="α_c (equal ε_t of both branches) and α_l (ε_g of "
-                                          "the global minimiser = linear baseline)",
-                       description="Locate α_c(ω) by bracketing + Brent on ε_t(sem) - ε_t(pos) "
-                                   "and α_l(ω) where the global minimiser's ε_g crosses the "
-                                   "linear baseline.")
+    p = sub.add_parser(
+        "transition",
+        help="α_c (equal ε_t of both branches) and α_l (ε_g of "
+        "the global minimiser = linear baseline)",
+        description="Locate α_c(ω) by bracketing + Brent on ε_t(sem) - ε_t(pos) "
+        "and α_l(ω) where the global minimiser's ε_g crosses the "
+        "linear baseline.",
+    )
     _model_args(p)
-    p.add_argument("--alphas", help="bracketing grid START:STOP:N or a,b,c (default: adaptive, "
-                                    "geometric steps of 1.25 from α = 1)")
+    p.add_argument(
+        "--alphas",
+        help="bracketing grid START:STOP:N or a,b,c (default: adaptive, "
+        "geometric steps of 1.25 from α = 1)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _theory_tail(p, cmd_transition)
 
-    p = sub.add_parser("phase-diagram", help="α_c(ω) and α_l(ω) on a grid of ω",
-                       description="The (α, ω) phase diagram: α_c and α_l for every ω.")
+    p = sub.add_parser(
+        "phase-diagram",
+        help="α_c(ω) and α_l(ω) on a grid of ω",
+        description="The (α, ω) phase diagram: α_c and α_l for every ω.",
+    )
     p.add_argument("--omegas", required=True, help="START:STOP:N (inclusive) or a,b,c")
     _model_args(p, omega=False)
-    p.add_argument("--alphas", help="bracketing grid in α for every ω (default: adaptive, "
-                                    "from the previous ω's α_c, continuation in ω)")
+    p.add_argument(
+        "--alphas",
+        help="bracketing grid in α for every ω (default: adaptive, "
+        "from the previous ω's α_c, continuation in ω)",
+    )
     p.add_argument("--out", help="CSV of the rows (rewritten atomically after every ω)")
     p.add_argument("--plot", help="write the phase diagram (PNG)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--heatmap", action="store_true",
-                   help="also simulate Δε_t = ε_t(semantic init) − ε_t(positional init) at "
-                        "finite d on an (α, ω) grid; --plot then draws it as a heat map under "
-                        "the theory lines, --json adds it as 'heatmap'")
+    p.add_argument(
+        "--heatmap",
+        action="store_true",
+        help="also simulate Δε_t = ε_t(semantic init) − ε_t(positional init) at "
+        "finite d on an (α, ω) grid; --plot then draws it as a heat map under "
+        "the theory lines, --json adds it as 'heatmap'",
+    )
     p.add_argument("--d", type=int, default=100, help="heat map: token dimension (default 100)")
     p.add_argument("--seeds", type=int, default=1, help="heat map: seeds 0..S-1 (default 1)")
-    p.add_argument("--heatmap-alphas", default="0.5:3:6",
-                   help="heat map α grid, START:STOP:N or a,b,c (default 0.5:3:6)")
+    p.add_argument(
+        "--heatmap-alphas",
+        default="0.5:3:6",
+        help="heat map α grid, START:STOP:N or a,b,c (default 0.5:3:6)",
+    )
     p.add_argument("--heatmap-omegas", help="heat map ω grid (default: --omegas)")
-    p.add_argument("--sim-method", default="lbfgs", choices=("nesterov", "bb", "gd", "lbfgs"),
-                   help="heat map minimiser (default lbfgs, the figures' choice)")
-    p.add_argument("--sim-cache",
-                   help="heat map: JSONL cache of the runs (appended as they finish; an "
-                        "interrupted run resumes)")
+    p.add_argument(
+        "--sim-method",
+        default="lbfgs",
+        choices=("nesterov", "bb", "gd", "lbfgs"),
+        help="heat map minimiser (default lbfgs, the figures' choice)",
+    )
+    p.add_argument(
+        "--sim-cache",
+        help="heat map: JSONL cache of the runs (appended as they finish; an "
+        "interrupted run resumes)",
+    )
     _theory_tail(p, cmd_phase_diagram)
 
-    p = sub.add_parser("simulate", help="minimise the empirical risk at finite d (per seed)",
-                       description="Full-batch minimisation of the empirical risk at dimension "
-                                   "d; mean ± standard error over seeds of q, m, theta, eps_t, "
-                                   "eps_g, plus every run (status converged = RMS gradient "
-                                   "below --tol).")
+    p = sub.add_parser(
+        "simulate",
+        help="minimise the empirical risk at finite d (per seed)",
+        description="Full-batch minimisation of the empirical risk at dimension "
+        "d; mean ± standard error over seeds of q, m, theta, eps_t, "
+        "eps_g, plus every run (status converged = RMS gradient "
+        "below --tol).",
+    )
     _sim_common(p)
-    p.add_argument("--method", default="nesterov", choices=("nesterov", "bb", "gd", "lbfgs"),
-                   help="'nesterov' (default: accelerated GD, backtracked Lipschitz step, "
-                        "adaptive restart; ~50-100 iterations at d=1000), 'bb' (Barzilai-"
-                        "Borwein, non-monotone line search), 'gd' (plain GD with --lr: the "
-                        "spec's protocol, thousands of steps), 'lbfgs' (scipy)")
-    p.add_argument("--lr", type=float, default=0.15,
-                   help="learning rate of --method gd (default 0.15)")
+    p.add_argument(
+        "--method",
+        default="nesterov",
+        choices=("nesterov", "bb", "gd", "lbfgs"),
+        help="'nesterov' (default: accelerated GD, backtracked Lipschitz step, "
+        "adaptive restart; ~50-100 iterations at d=1000), 'bb' (Barzilai-"
+        "Borwein, non-monotone line search), 'gd' (plain GD with --lr: the "
+        "spec's protocol, thousands of steps), 'lbfgs' (scipy)",
+    )
+    p.add_argument(
+        "--lr", type=float, default=0.15, help="learning rate of --method gd (default 0.15)"
+    )
     p.add_argument("--steps", type=int, default=3000, help="maximal iterations (default 3000)")
-    p.add_argument("--tol", type=float, default=1e-6,
-                   help="stop when the RMS gradient |∇L|/√d < tol (default 1e-6)")
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=1e-6,
+        help="stop when the RMS gradient |∇L|/√d < tol (default 1e-6)",
+    )
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("gamp", help="GAMP at finite d (per seed)",
-                       description="GAMP for this model (state evolution = the replica "
-                                   "equations); mean ± standard error over seeds.")
+    p = sub.add_parser(
+        "gamp",
+        help="GAMP at finite d (per seed)",
+        description="GAMP for this model (state evolution = the replica "
+        "equations); mean ± standard error over seeds.",
+    )
     _sim_common(p)
     p.add_argument("--max-iter", type=int, default=200, help="GAMP iterations (default 200)")
-    p.add_argument("--mixing", type=float, default=0.2,
-                   help="damping, weight of the new iterate (default 0.2; the positional "
-                        "branch needs < 0.3, see run_gamp)")
+    p.add_argument(
+        "--mixing",
+        type=float,
+        default=0.2,
+        help="damping, weight of the new iterate (default 0.2; the positional "
+        "branch needs < 0.3, see run_gamp)",
+    )
     p.set_defaults(func=cmd_gamp)
 
     # spec §8 generalisation (any L, ranks r, r_t, A, encodings): theory.cli.erm_general

@@ -17,23 +17,50 @@ def register(subparsers) -> None:
         "module source), so a rerun only computes what is missing or changed.",
     )
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="quick", action="store_true", default=True,
-                      help="reduced sizes that keep the results meaningful (default; "
-                      "target: 10 minutes on 2 cores)")
-    mode.add_argument("--full", dest="quick", action="store_false",
-                      help="the papers' sizes (hours)")
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help="figures to make (names or shell patterns like 'erm-*'; default: all)")
-    p.add_argument("--out", default="figures", metavar="DIR",
-                   help="output folder for figures, SUMMARY.md and the cache (default: figures)")
-    p.add_argument("--list", action="store_true",
-                   help="list the available figures (and the modules that are missing)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="run up to N figures at the same time in separate processes (default 1)")
+    mode.add_argument(
+        "--quick",
+        dest="quick",
+        action="store_true",
+        default=True,
+        help="reduced sizes that keep the results meaningful (default; "
+        "target: 10 minutes on 2 cores)",
+    )
+    mode.add_argument(
+        "--full", dest="quick", action="store_false", help="the papers' sizes (hours)"
+    )
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="figures to make (names or shell patterns like 'erm-*'; default: all)",
+    )
+    p.add_argument(
+        "--out",
+        default="figures",
+        metavar="DIR",
+        help="output folder for figures, SUMMARY.md and the cache (default: figures)",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="list the available figures (and the modules that are missing)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="run up to N figures at the same time in separate processes (default 1)",
+    )
     p.add_argument("--force", action="store_true", help="ignore the cache and recompute")
-    p.add_argument("--module", action="append", dest="modules", metavar="MOD", default=None,
-                   help="scan this importable module for a FIGURES dict instead of the "
-                   "package's figure modules (repeatable; for your own figures)")
+    p.add_argument(
+        "--module",
+        action="append",
+        dest="modules",
+        metavar="MOD",
+        default=None,
+        help="scan this importable module for a FIGURES dict instead of the "
+        "package's figure modules (repeatable; for your own figures)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_json(p)
     p.set_defaults(func=_handle)
@@ -47,8 +74,7 @@ def _handle(args) -> int:
         mode = "quick" if args.quick else "full"
         lines = [f"{len(rows)} figure(s) available ({mode} cache in {args.out}/.cache):"]
         for r in rows:
-            lines.append(f"  {r['name']:32s} {r['module']:26s}"
-                         f" {'cached' if r['cached'] else ''}")
+            lines.append(f"  {r['name']:32s} {r['module']:26s} {'cached' if r['cached'] else ''}")
         if missing:
             lines.append("missing:")
             lines += [f"  {m}: {why}" for m, why in missing.items()]
@@ -64,9 +90,15 @@ def _handle(args) -> int:
     if args.no_progress:  # also silence the progress bars inside the pieces (tqdm >= 4.66)
         os.environ["TQDM_DISABLE"] = "1"
     try:
-        report = run_reproduce(args.names, out=args.out, quick=args.quick,
-                               workers=args.workers, force=args.force,
-                               progress=not args.no_progress, modules=args.modules)
+        report = run_reproduce(
+            args.names,
+            out=args.out,
+            quick=args.quick,
+            workers=args.workers,
+            force=args.force,
+            progress=not args.no_progress,
+            modules=args.modules,
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
         if saved_tqdm is None:
@@ -76,11 +108,16 @@ def _handle(args) -> int:
     counts = {}
     for o in report.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
-    text = [f"{o.name:32s} {o.status:8s}"
-            + (f" {o.seconds:7.1f} s" if o.seconds is not None else "")
-            + (f"  {o.error}" if o.error else "") for o in report.outcomes]
-    text.append(", ".join(f"{v} {k}" for k, v in counts.items())
-                + f"; {report.seconds:.0f} s; summary in {report.summary}")
+    text = [
+        f"{o.name:32s} {o.status:8s}"
+        + (f" {o.seconds:7.1f} s" if o.seconds is not None else "")
+        + (f"  {o.error}" if o.error else "")
+        for o in report.outcomes
+    ]
+    text.append(
+        ", ".join(f"{v} {k}" for k, v in counts.items())
+        + f"; {report.seconds:.0f} s; summary in {report.summary}"
+    )
     if report.missing:
         text.append("missing: " + ", ".join(report.missing))
     emit(args, report.to_dict(), "\n".join(text))

@@ -16,35 +16,78 @@ import numpy as np
 from theory._util import atomic_write_text, dumps_json, parse_range
 from theory.cli._common import add_json, emit
 
-ODE_FIELDS = ("t_escape", "steps_escape", "final_e", "final_m", "minimum", "status", "message",
-              "final_risk", "t_final", "lr", "d", "eta", "engine")
+ODE_FIELDS = (
+    "t_escape",
+    "steps_escape",
+    "final_e",
+    "final_m",
+    "minimum",
+    "status",
+    "message",
+    "final_risk",
+    "t_final",
+    "lr",
+    "d",
+    "eta",
+    "engine",
+)
 
 
 def _add_model_args(p, *, default_L=None):
     g = p.add_argument_group("model")
-    g.add_argument("--target", default=None,
-                   help="target g(z1..zL) as an expression (e.g. 'He2(z1)+He2(z2)'); or use "
-                   "--omega/--a for the positional-semantic matrix target of spec section 6")
-    g.add_argument("--omega", type=float, default=None,
-                   help="positional weight omega in [0, 1] of y = (1-omega) softmax(z*z*^T) + "
-                   "omega A_a")
+    g.add_argument(
+        "--target",
+        default=None,
+        help="target g(z1..zL) as an expression (e.g. 'He2(z1)+He2(z2)'); or use "
+        "--omega/--a for the positional-semantic matrix target of spec section 6",
+    )
+    g.add_argument(
+        "--omega",
+        type=float,
+        default=None,
+        help="positional weight omega in [0, 1] of y = (1-omega) softmax(z*z*^T) + omega A_a",
+    )
     g.add_argument("--a", type=float, default=None, help="positional strength a of A_a")
-    g.add_argument("--model", choices=("attention", "tied", "untied"), default="attention",
-                   help="student: tied attention, tied network or untied network")
-    g.add_argument("--L", type=int, default=default_L,
-                   help="sequence length (default: highest variable index of --target; 2 for "
-                   "the positional-semantic target)")
-    g.add_argument("--pe", choices=("none", "opposite", "orthonormal"), default=None,
-                   help="positional encoding (attention): none, opposite (P_1 = -P_2, L = 2) "
-                   "or orthonormal rows (default: opposite for --omega/--a, else none)")
-    g.add_argument("--reduction", choices=("identity", "trace"), default=None,
-                   help="attention output: identity (matrix, squared Frobenius loss) or trace "
-                   "(default: identity for --omega/--a, trace for a scalar --target)")
-    g.add_argument("--trace-norm", choices=("sum", "sqrtL"), default="sum", dest="trace_norm",
-                   help="trace reduction = Tr A (sum) or Tr A / sqrt(L) (the authors' code)")
-    g.add_argument("--activation", default="relu",
-                   help="activation of the tied/untied network (relu, linear, tanh, erf, "
-                   "sigmoid, square, he2, abs)")
+    g.add_argument(
+        "--model",
+        choices=("attention", "tied", "untied"),
+        default="attention",
+        help="student: tied attention, tied network or untied network",
+    )
+    g.add_argument(
+        "--L",
+        type=int,
+        default=default_L,
+        help="sequence length (default: highest variable index of --target; 2 for "
+        "the positional-semantic target)",
+    )
+    g.add_argument(
+        "--pe",
+        choices=("none", "opposite", "orthonormal"),
+        default=None,
+        help="positional encoding (attention): none, opposite (P_1 = -P_2, L = 2) "
+        "or orthonormal rows (default: opposite for --omega/--a, else none)",
+    )
+    g.add_argument(
+        "--reduction",
+        choices=("identity", "trace"),
+        default=None,
+        help="attention output: identity (matrix, squared Frobenius loss) or trace "
+        "(default: identity for --omega/--a, trace for a scalar --target)",
+    )
+    g.add_argument(
+        "--trace-norm",
+        choices=("sum", "sqrtL"),
+        default="sum",
+        dest="trace_norm",
+        help="trace reduction = Tr A (sum) or Tr A / sqrt(L) (the authors' code)",
+    )
+    g.add_argument(
+        "--activation",
+        default="relu",
+        help="activation of the tied/untied network (relu, linear, tanh, erf, "
+        "sigmoid, square, he2, abs)",
+    )
 
 
 def build_model(args):
@@ -63,15 +106,20 @@ def build_model(args):
             raise ValueError("the positional-semantic target is for --model attention")
         L = 2 if args.L is None else args.L
         tgt = ssi.PositionalSemanticTarget(args.omega, args.a, L=L)
-        return ssi.AttentionModel(tgt, L=L, pe=args.pe or "opposite",
-                                  reduction=args.reduction or "identity")
+        return ssi.AttentionModel(
+            tgt, L=L, pe=args.pe or "opposite", reduction=args.reduction or "identity"
+        )
     from theory.hermite import parse_target
 
     t = parse_target(args.target, args.L)
     if args.model == "attention":
-        return ssi.AttentionModel(t, L=t.L, pe=args.pe or "none",
-                                  reduction=args.reduction or "trace",
-                                  trace_norm=args.trace_norm)
+        return ssi.AttentionModel(
+            t,
+            L=t.L,
+            pe=args.pe or "none",
+            reduction=args.reduction or "trace",
+            trace_norm=args.trace_norm,
+        )
     if args.pe not in (None, "none"):
         raise ValueError("the tied/untied networks have no positional encoding: drop --pe")
     cls = ssi.TiedNetwork if args.model == "tied" else ssi.UntiedNetwork
@@ -80,7 +128,8 @@ def build_model(args):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "sgd", help="SGD theory of sequence single-index models: ODE, flatness, phase diagram",
+        "sgd",
+        help="SGD theory of sequence single-index models: ODE, flatness, phase diagram",
         description="Theory of one-pass spherical SGD in sequence single-index models and "
         "single-layer tied attention (spec sequence-single-index.md): the (e, m) ODE, the "
         "flatness index, the semantic/positional phase diagram, finite-d SGD and tied/untied "
@@ -90,88 +139,128 @@ def register(subparsers) -> None:
     fmt = argparse.ArgumentDefaultsHelpFormatter
 
     q = sub.add_parser(
-        "ode", formatter_class=fmt, help="integrate the (e, m) ODE until convergence",
+        "ode",
+        formatter_class=fmt,
+        help="integrate the (e, m) ODE until convergence",
         description="Integrate the d -> infinity ODE of (e, m) (spec section 3, corrected "
         "signs: drift -grad R, noise -(gamma/2) K) from m0 = 1/sqrt(d), e0 = 1/sqrt(d) until "
         "stationary; report the weak-recovery time (||(e, m)|| >= eta = 2/sqrt(d)) as t and as "
         "SGD steps nu = t d / gamma, the final point and which minimum it is.",
         epilog="Examples: theory sgd ode --omega 0.67 --a 1 --lr 0.05 --d 1000 --json;  "
-        "theory sgd ode --target 'He2(z1)+He2(z2)' --model tied --lr 0.05 --d 1000")
+        "theory sgd ode --target 'He2(z1)+He2(z2)' --model tied --lr 0.05 --d 1000",
+    )
     _add_model_args(q)
     q.add_argument("--lr", type=float, required=True, help="SGD step size gamma")
     q.add_argument("--d", type=float, required=True, help="dimension d (sets m0, eta, steps)")
     q.add_argument("--m0", type=float, default=None, help="initial m (default 1/sqrt(d))")
     q.add_argument("--e0", type=float, default=None, help="initial e (default 1/sqrt(d))")
-    q.add_argument("--eta", type=float, default=None, help="weak-recovery threshold "
-                   "(default 2/sqrt(d))")
-    q.add_argument("--t-max", type=float, default=None, dest="t_max",
-                   help="fixed horizon in ODE time (default: until stationary)")
+    q.add_argument(
+        "--eta", type=float, default=None, help="weak-recovery threshold (default 2/sqrt(d))"
+    )
+    q.add_argument(
+        "--t-max",
+        type=float,
+        default=None,
+        dest="t_max",
+        help="fixed horizon in ODE time (default: until stationary)",
+    )
     add_json(q)
     q.set_defaults(func=_ode)
 
     q = sub.add_parser(
-        "flatness", formatter_class=fmt, help="flatness index kappa and Hessian at the origin",
+        "flatness",
+        formatter_class=fmt,
+        help="flatness index kappa and Hessian at the origin",
         description="kappa = lowest order k > 0 with a non-zero derivative of R at (e, m) = "
         "(0, 0), and the Hessian there in the coordinates (e, m).  Exact zero pattern for "
         "polynomial targets (exact Hermite coefficients; student moments by Gauss-Hermite).",
         epilog="Example: theory sgd flatness --target '4/3 + He4(z1) + 2*He4(z2)' --L 2 --pe "
-        "opposite --reduction trace --trace-norm sqrtL --json")
+        "opposite --reduction trace --trace-norm sqrtL --json",
+    )
     _add_model_args(q)
-    q.add_argument("--max-order", type=int, default=8, dest="max_order",
-                   help="highest derivative order searched")
+    q.add_argument(
+        "--max-order",
+        type=int,
+        default=8,
+        dest="max_order",
+        help="highest derivative order searched",
+    )
     add_json(q)
     q.set_defaults(func=_flatness)
 
     q = sub.add_parser(
-        "boundaries", formatter_class=fmt, help="omega where the spec-6 booleans flip at a = A",
+        "boundaries",
+        formatter_class=fmt,
+        help="omega where the spec-6 booleans flip at a = A",
         description="On the line a = A of the spec-6 phase diagram: the omega in [0, 1] where "
         "(1) the steepest direction at the origin switches to positional, (2) the global "
         "minimum switches to positional, (3) the positional minimum appears, (4) the semantic "
         "minimum disappears (null where no flip).  Brent roots of exact criteria (2-D "
-        "integrals, Gauss-Hermite converged to ~1e-9).")
+        "integrals, Gauss-Hermite converged to ~1e-9).",
+    )
     q.add_argument("--a", type=float, required=True, help="positional strength a")
     q.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
     add_json(q)
     q.set_defaults(func=_boundaries)
 
     q = sub.add_parser(
-        "phase-diagram", formatter_class=fmt, help="the (a, omega) phase diagram of spec 6",
+        "phase-diagram",
+        formatter_class=fmt,
+        help="the (a, omega) phase diagram of spec 6",
         description="Classify every point of an (a, omega) grid into the six regions of spec "
         "section 6 with the exact criteria; optionally plot it (with the boundaries overlaid) "
-        "and save the arrays as JSON.")
+        "and save the arrays as JSON.",
+    )
     q.add_argument("--grid", type=int, default=200, help="grid points per axis")
     q.add_argument("--a-range", default="0.7:1", dest="a_range", help="A_MIN:A_MAX")
     q.add_argument("--omega-range", default="0.4:1", dest="omega_range", help="W_MIN:W_MAX")
     q.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
-    q.add_argument("--check-global", action="store_true", dest="check_global",
-                   help="also scan R over the disk and flag cells where the global minimum is "
-                   "not one of the two candidates")
+    q.add_argument(
+        "--check-global",
+        action="store_true",
+        dest="check_global",
+        help="also scan R over the disk and flag cells where the global minimum is "
+        "not one of the two candidates",
+    )
     q.add_argument("--plot", default=None, help="write the figure to this PNG file")
     q.add_argument("--out", default=None, help="write the grid and regions as JSON")
     add_json(q)
     q.set_defaults(func=_phase)
 
     q = sub.add_parser(
-        "simulate", formatter_class=fmt, help="finite-d online SGD over many seeds",
+        "simulate",
+        formatter_class=fmt,
+        help="finite-d online SGD over many seeds",
         description="Online spherical SGD at dimension d (full simulator, or the exact reduced "
         "chain with --reduced), one fresh sample per step; reports the weak-recovery step of "
-        "each seed and the final (e, m).")
+        "each seed and the final (e, m).",
+    )
     _add_model_args(q)
     q.add_argument("--lr", type=float, required=True, help="step size gamma")
     q.add_argument("--d", type=int, required=True, help="dimension d")
     q.add_argument("--seeds", type=int, default=8, help="number of seeds")
     q.add_argument("--seed", type=int, default=0, help="master seed")
     q.add_argument("--reduced", action="store_true", help="use the exact reduced chain")
-    q.add_argument("--start", choices=("random", "origin"), default="random",
-                   help="random start on the sphere, or exactly at (e, m) = (0, 0)")
-    q.add_argument("--steps", type=int, default=None,
-                   help="number of steps (default: until recovery, then as many again)")
+    q.add_argument(
+        "--start",
+        choices=("random", "origin"),
+        default="random",
+        help="random start on the sphere, or exactly at (e, m) = (0, 0)",
+    )
+    q.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="number of steps (default: until recovery, then as many again)",
+    )
     q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
     add_json(q)
     q.set_defaults(func=_simulate)
 
     q = sub.add_parser(
-        "gain", formatter_class=fmt, help="tied/untied gain vs L",
+        "gain",
+        formatter_class=fmt,
+        help="tied/untied gain vs L",
         description="Tied/untied gain nu_untied / nu_tied vs L.  Per L: the spec-5 formula "
         "(gain_equal, gain_optimal), the closed form of the package's ODE (gain_equal_closed, "
         "gain_optimal_closed: linearised escape, minimised over the step size; the untied row "
@@ -180,29 +269,57 @@ def register(subparsers) -> None:
         "step size); with --simulate the exact reduced SGD chain at dimension --d (mean +- SE "
         "over seeds).  --target is an expression or a family: sum_he2, sum_z, sum_he3.",
         epilog="Example: theory sgd gain --target sum_he2 --Ls 1:10 --json;  theory sgd gain "
-        "--target sum_z --Ls 1,2,4 --simulate --d 300 --step-rule optimal --untied-norm rows,flat")
+        "--target sum_z --Ls 1,2,4 --simulate --d 300 --step-rule optimal --untied-norm rows,flat",
+    )
     q.add_argument("--target", required=True, help="expression or family name")
     q.add_argument("--Ls", default="1:10", help="L values: A:B or a,b,c")
     q.add_argument("--simulate", action="store_true", help="also measure it by SGD")
-    q.add_argument("--d", type=int, default=1000,
-                   help="dimension (ODE start m0 ~ 1/sqrt(d) and --simulate)")
-    q.add_argument("--lr", type=float, default=0.05,
-                   help="step size of the equal-step gain (ODE and --simulate)")
-    q.add_argument("--eta", type=float, default=0.5,
-                   help="weak-recovery threshold on |m| (tied) and m_untied (untied)")
+    q.add_argument(
+        "--d", type=int, default=1000, help="dimension (ODE start m0 ~ 1/sqrt(d) and --simulate)"
+    )
+    q.add_argument(
+        "--lr",
+        type=float,
+        default=0.05,
+        help="step size of the equal-step gain (ODE and --simulate)",
+    )
+    q.add_argument(
+        "--eta",
+        type=float,
+        default=0.5,
+        help="weak-recovery threshold on |m| (tied) and m_untied (untied)",
+    )
     q.add_argument("--seeds", type=int, default=16, help="seeds per point for --simulate")
-    q.add_argument("--step-rule", choices=("equal", "optimal"), default="equal",
-                   dest="step_rule", help="--simulate: equal step sizes, or each network at its "
-                   "best step size of a grid around its ODE optimum (gain_predicted follows it)")
-    q.add_argument("--untied-norm", default="rows", dest="untied_norm",
-                   help="--simulate: untied normalisation(s), comma-separated: rows (each row "
-                   "on its sqrt(d)-sphere, spec) and/or flat (W renormalised as one vector of "
-                   "R^{L d} to norm sqrt(L d), the authors' code); flat adds *_flat fields")
-    q.add_argument("--ode-start", choices=("typical", "fixed"), default="typical",
-                   dest="ode_start", help="ODE start: typical (geometric mean of random "
-                   "starts, matches --simulate) or fixed (every row at m0 = 1/sqrt(d))")
-    q.add_argument("--no-ode", action="store_true", dest="no_ode",
-                   help="skip the numerical ODE minimisation (spec and closed form only)")
+    q.add_argument(
+        "--step-rule",
+        choices=("equal", "optimal"),
+        default="equal",
+        dest="step_rule",
+        help="--simulate: equal step sizes, or each network at its "
+        "best step size of a grid around its ODE optimum (gain_predicted follows it)",
+    )
+    q.add_argument(
+        "--untied-norm",
+        default="rows",
+        dest="untied_norm",
+        help="--simulate: untied normalisation(s), comma-separated: rows (each row "
+        "on its sqrt(d)-sphere, spec) and/or flat (W renormalised as one vector of "
+        "R^{L d} to norm sqrt(L d), the authors' code); flat adds *_flat fields",
+    )
+    q.add_argument(
+        "--ode-start",
+        choices=("typical", "fixed"),
+        default="typical",
+        dest="ode_start",
+        help="ODE start: typical (geometric mean of random "
+        "starts, matches --simulate) or fixed (every row at m0 = 1/sqrt(d))",
+    )
+    q.add_argument(
+        "--no-ode",
+        action="store_true",
+        dest="no_ode",
+        help="skip the numerical ODE minimisation (spec and closed form only)",
+    )
     q.add_argument("--activation", default="relu", help="network activation")
     q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
     add_json(q)
@@ -217,16 +334,29 @@ def _ode(args):
     from theory.models import ssi
 
     model = build_model(args)
-    res = ssi.integrate_ode(model, lr=args.lr, d=args.d, m0=args.m0, e0=args.e0, eta=args.eta,
-                            t_max=args.t_max)
-    payload = dict(t_escape=res.t_escape, steps_escape=res.steps_escape, final_e=res.final_e,
-                   final_m=res.final_m, minimum=res.minimum, status=res.status,
-                   message=res.message, final_risk=float(res.risk[-1]),
-                   t_final=float(res.t[-1]), lr=res.lr, d=res.d, eta=res.eta,
-                   engine=model.engine)
-    text = (f"{model!r}\nweak recovery: t = {res.t_escape}  steps = {res.steps_escape}\n"
-            f"final (e, m) = ({res.final_e}, {res.final_m:.6g}) -> {res.minimum}  "
-            f"[{res.status}: {res.message}]")
+    res = ssi.integrate_ode(
+        model, lr=args.lr, d=args.d, m0=args.m0, e0=args.e0, eta=args.eta, t_max=args.t_max
+    )
+    payload = dict(
+        t_escape=res.t_escape,
+        steps_escape=res.steps_escape,
+        final_e=res.final_e,
+        final_m=res.final_m,
+        minimum=res.minimum,
+        status=res.status,
+        message=res.message,
+        final_risk=float(res.risk[-1]),
+        t_final=float(res.t[-1]),
+        lr=res.lr,
+        d=res.d,
+        eta=res.eta,
+        engine=model.engine,
+    )
+    text = (
+        f"{model!r}\nweak recovery: t = {res.t_escape}  steps = {res.steps_escape}\n"
+        f"final (e, m) = ({res.final_e}, {res.final_m:.6g}) -> {res.minimum}  "
+        f"[{res.status}: {res.message}]"
+    )
     emit(args, payload, text)
     return 0 if res.status != "nan" else 1
 
@@ -236,13 +366,20 @@ def _flatness(args):
 
     model = build_model(args)
     kappa, H = ssi.flatness(model, max_order=args.max_order)
-    payload = dict(kappa=kappa, hessian=np.asarray(H).tolist(),
-                   exact=model.engine == "hermite", engine=model.engine,
-                   coordinates=(["e"] * model.r + (["m"] if not model.untied else
-                                                   [f"m{i + 1}" for i in range(model.L)])),
-                   model=repr(model))
-    text = (f"{model!r}\nflatness index kappa = {kappa}\nHessian at (e, m) = 0 in "
-            f"{payload['coordinates']}:\n{np.array2string(np.asarray(H), precision=8)}")
+    payload = dict(
+        kappa=kappa,
+        hessian=np.asarray(H).tolist(),
+        exact=model.engine == "hermite",
+        engine=model.engine,
+        coordinates=(
+            ["e"] * model.r + (["m"] if not model.untied else [f"m{i + 1}" for i in range(model.L)])
+        ),
+        model=repr(model),
+    )
+    text = (
+        f"{model!r}\nflatness index kappa = {kappa}\nHessian at (e, m) = 0 in "
+        f"{payload['coordinates']}:\n{np.array2string(np.asarray(H), precision=8)}"
+    )
     emit(args, payload, text)
     return 0
 
@@ -278,16 +415,23 @@ def _phase(args):
     pdg = ssi.phase_diagram(ag, wg, n=args.nodes, check_global=args.check_global)
     counts = {name: int(np.sum(pdg["region"] == i)) for i, name in enumerate(ssi.REGIONS)}
     counts["none (neither candidate is a minimum)"] = int(np.sum(pdg["region"] < 0))
-    payload = dict(grid=args.grid, a_range=[a0, a1], omega_range=[w0, w1], counts=counts,
-                   nodes=args.nodes)
+    payload = dict(
+        grid=args.grid, a_range=[a0, a1], omega_range=[w0, w1], counts=counts, nodes=args.nodes
+    )
     if args.check_global:
         payload["cells_global_not_candidate"] = int(np.sum(~pdg["global_check"]))
     if args.out:
-        full = dict(payload, a=ag, omega=wg, region=pdg["region"], regions=list(ssi.REGIONS),
-                    global_positional=pdg["global_positional"],
-                    steepest_positional=pdg["steepest_positional"],
-                    both_minima=pdg["both_minima"],
-                    global_check=pdg.get("global_check"))
+        full = dict(
+            payload,
+            a=ag,
+            omega=wg,
+            region=pdg["region"],
+            regions=list(ssi.REGIONS),
+            global_positional=pdg["global_positional"],
+            steepest_positional=pdg["steepest_positional"],
+            both_minima=pdg["both_minima"],
+            global_check=pdg.get("global_check"),
+        )
         atomic_write_text(args.out, dumps_json(full) + "\n")
         payload["out"] = args.out
     if args.plot:
@@ -295,10 +439,12 @@ def _phase(args):
 
         plot_phase_diagram(pdg, path=args.plot)
         payload["plot"] = args.plot
-    text = "\n".join([f"{args.grid}x{args.grid} grid, a in [{a0}, {a1}], omega in [{w0}, {w1}]"]
-                     + [f"  {k}: {v} points" for k, v in counts.items()]
-                     + ([f"JSON: {args.out}"] if args.out else [])
-                     + ([f"figure: {args.plot}"] if args.plot else []))
+    text = "\n".join(
+        [f"{args.grid}x{args.grid} grid, a in [{a0}, {a1}], omega in [{w0}, {w1}]"]
+        + [f"  {k}: {v} points" for k, v in counts.items()]
+        + ([f"JSON: {args.out}"] if args.out else [])
+        + ([f"figure: {args.plot}"] if args.plot else [])
+    )
     emit(args, payload, text)
     return 0
 
@@ -308,25 +454,41 @@ def _simulate(args):
 
     model = build_model(args)
     seeds = seeds_from(args.seed, args.seeds)
-    res = simulate_seeds(model, int(args.d), args.lr, seeds, reduced=args.reduced,
-                         workers=args.workers, progress=not args.json, start=args.start,
-                         steps=args.steps)
+    res = simulate_seeds(
+        model,
+        int(args.d),
+        args.lr,
+        seeds,
+        reduced=args.reduced,
+        workers=args.workers,
+        progress=not args.json,
+        start=args.start,
+        steps=args.steps,
+    )
     steps = [r.steps_escape for r in res]
     kinds = [r.minimum for r in res]
     ok = [s for s in steps if s is not None]
     payload = dict(
-        steps_escape=steps, final_e=[r.final_e for r in res], final_m=[r.final_m for r in res],
-        minimum=kinds, seeds=seeds, d=int(args.d), lr=args.lr, reduced=args.reduced,
+        steps_escape=steps,
+        final_e=[r.final_e for r in res],
+        final_m=[r.final_m for r in res],
+        minimum=kinds,
+        seeds=seeds,
+        d=int(args.d),
+        lr=args.lr,
+        reduced=args.reduced,
         mean_steps_escape=float(np.mean(ok)) if ok else None,
         sem_steps_escape=float(np.std(ok, ddof=1) / math.sqrt(len(ok))) if len(ok) > 1 else None,
         fraction_positional=float(np.mean([k == "positional" for k in kinds])),
         fraction_semantic=float(np.mean([k == "semantic" for k in kinds])),
     )
-    text = (f"{model!r}, d = {args.d}, lr = {args.lr}, {len(res)} seeds "
-            f"({'reduced chain' if args.reduced else 'full SGD'})\n"
-            f"weak-recovery steps: mean {payload['mean_steps_escape']} +- "
-            f"{payload['sem_steps_escape']}\nfinal minimum: positional "
-            f"{payload['fraction_positional']:.2f}, semantic {payload['fraction_semantic']:.2f}")
+    text = (
+        f"{model!r}, d = {args.d}, lr = {args.lr}, {len(res)} seeds "
+        f"({'reduced chain' if args.reduced else 'full SGD'})\n"
+        f"weak-recovery steps: mean {payload['mean_steps_escape']} +- "
+        f"{payload['sem_steps_escape']}\nfinal minimum: positional "
+        f"{payload['fraction_positional']:.2f}, semantic {payload['fraction_semantic']:.2f}"
+    )
     emit(args, payload, text)
     return 0
 
@@ -336,25 +498,47 @@ def _gain(args):
 
     Ls = parse_range(args.Ls, integer=True)
     norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())
-    rows = gain_curve(args.target, Ls, simulate=args.simulate, d=args.d, lr=args.lr,
-                      eta=args.eta, seeds=args.seeds, step_rule=args.step_rule,
-                      activation=args.activation, progress=not args.json,
-                      workers=args.workers, ode=not args.no_ode, ode_start=args.ode_start,
-                      untied_norms=norms)
-    payload = dict(target=args.target, step_rule=args.step_rule, d=args.d, lr=args.lr,
-                   eta=args.eta, activation=args.activation, ode_start=args.ode_start,
-                   rows=rows)
+    rows = gain_curve(
+        args.target,
+        Ls,
+        simulate=args.simulate,
+        d=args.d,
+        lr=args.lr,
+        eta=args.eta,
+        seeds=args.seeds,
+        step_rule=args.step_rule,
+        activation=args.activation,
+        progress=not args.json,
+        workers=args.workers,
+        ode=not args.no_ode,
+        ode_start=args.ode_start,
+        untied_norms=norms,
+    )
+    payload = dict(
+        target=args.target,
+        step_rule=args.step_rule,
+        d=args.d,
+        lr=args.lr,
+        eta=args.eta,
+        activation=args.activation,
+        ode_start=args.ode_start,
+        rows=rows,
+    )
 
     def fmt(v):
         return "-" if v is None else f"{v:.4g}"
 
-    lines = [f"target {args.target}, {args.activation}, d = {args.d}, eta = {args.eta}, "
-             f"equal lr = {args.lr}, step rule {args.step_rule}",
-             "     L   spec:equal  spec:opt  closed:equal  closed:opt  ode:equal  ode:opt"]
+    lines = [
+        f"target {args.target}, {args.activation}, d = {args.d}, eta = {args.eta}, "
+        f"equal lr = {args.lr}, step rule {args.step_rule}",
+        "     L   spec:equal  spec:opt  closed:equal  closed:opt  ode:equal  ode:opt",
+    ]
     for r in rows:
-        s = (f"  {r['L']:>4}  {fmt(r['gain_equal']):>10}  {fmt(r['gain_optimal']):>8}  "
-             f"{fmt(r.get('gain_equal_closed')):>12}  {fmt(r.get('gain_optimal_closed')):>10}  "
-             f"{fmt(r.get('gain_equal_ode')):>9}  {fmt(r.get('gain_optimal_ode')):>7}")
+        s = (
+            f"  {r['L']:>4}  {fmt(r['gain_equal']):>10}  {fmt(r['gain_optimal']):>8}  "
+            f"{fmt(r.get('gain_equal_closed')):>12}  {fmt(r.get('gain_optimal_closed')):>10}  "
+            f"{fmt(r.get('gain_equal_ode')):>9}  {fmt(r.get('gain_optimal_ode')):>7}"
+        )
         if "gain_sim" in r:
             s += f"   simulated {r['gain_sim']:.4g} +- {r['gain_sim_err']:.2g}"
         if "gain_sim_flat" in r:

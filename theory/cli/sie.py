@@ -5,10 +5,27 @@ from __future__ import annotations
 from theory.cli._common import add_json, emit
 
 JSON_FIELDS = (
-    "expr", "L", "sie", "leading_tensor", "tied_contraction", "op_norm", "op_norm_exact",
-    "gain_optimal", "gain_equal", "gain_optimal_drift", "gain_equal_drift", "tied_learnable",
-    "even_sie", "exact", "tolerance", "information_exponent", "max_order",
-    "tied_contraction_exact", "hermite_energy", "status", "message",
+    "expr",
+    "L",
+    "sie",
+    "leading_tensor",
+    "tied_contraction",
+    "op_norm",
+    "op_norm_exact",
+    "gain_optimal",
+    "gain_equal",
+    "gain_optimal_drift",
+    "gain_equal_drift",
+    "tied_learnable",
+    "even_sie",
+    "exact",
+    "tolerance",
+    "information_exponent",
+    "max_order",
+    "tied_contraction_exact",
+    "hermite_energy",
+    "status",
+    "message",
 )
 
 
@@ -34,14 +51,26 @@ def register(subparsers) -> None:
         "numerically and reported with exact = false and the tolerance.",
     )
     p.add_argument("expr", help="target expression in the variables z1..zL, e.g. 'z1*z2'")
-    p.add_argument("--L", type=int, default=None,
-                   help="sequence length L (default: the highest variable index in EXPR)")
-    p.add_argument("--max-order", type=int, default=6, dest="max_order",
-                   help="highest Hermite order searched (default 6; raised to the degree for "
-                   "polynomials)")
-    p.add_argument("--tol", type=float, default=1e-9,
-                   help="absolute tolerance of numerical Hermite coefficients (default 1e-9; "
-                   "used only for non-polynomial targets)")
+    p.add_argument(
+        "--L",
+        type=int,
+        default=None,
+        help="sequence length L (default: the highest variable index in EXPR)",
+    )
+    p.add_argument(
+        "--max-order",
+        type=int,
+        default=6,
+        dest="max_order",
+        help="highest Hermite order searched (default 6; raised to the degree for polynomials)",
+    )
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=1e-9,
+        help="absolute tolerance of numerical Hermite coefficients (default 1e-9; "
+        "used only for non-polynomial targets)",
+    )
     add_json(p)
     p.set_defaults(func=handler)
 

@@ -40,27 +40,47 @@ def register(subparsers) -> None:
         sig = inspect.signature(entry.fn).parameters
         for axis, (typ, helptext) in entry.axes.items():
             has_default = sig[axis].default is not inspect.Parameter.empty
-            extra = (f" (default: {sig[axis].default})" if has_default else " (required)")
-            sp.add_argument(_axis_flag(axis), dest=f"axis_{axis}", metavar="RANGE",
-                            required=not has_default,
-                            help=f"{helptext}: START:STOP:N, START:STOP or a,b,c"
-                            + ("; separate expressions with ';'" if typ is str else "") + extra)
+            extra = f" (default: {sig[axis].default})" if has_default else " (required)"
+            sp.add_argument(
+                _axis_flag(axis),
+                dest=f"axis_{axis}",
+                metavar="RANGE",
+                required=not has_default,
+                help=f"{helptext}: START:STOP:N, START:STOP or a,b,c"
+                + ("; separate expressions with ';'" if typ is str else "")
+                + extra,
+            )
         for opt, (typ, default, helptext) in entry.options.items():
-            sp.add_argument(f"--{opt}", dest=f"opt_{opt}", type=typ, default=default,
-                            metavar=opt.upper(),
-                            help=helptext if default is None
-                            else f"{helptext} (default: {default})")
+            sp.add_argument(
+                f"--{opt}",
+                dest=f"opt_{opt}",
+                type=typ,
+                default=default,
+                metavar=opt.upper(),
+                help=helptext if default is None else f"{helptext} (default: {default})",
+            )
         _add_common(sp)
         sp.set_defaults(func=_handle, sweep_entry=name)
 
 
 def _add_common(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--out", metavar="FILE",
-                    help="result table (.csv or .jsonl); points already in it are skipped")
-    sp.add_argument("--workers", type=int, default=None,
-                    help="local worker processes (default: number of CPUs; 1 = in process)")
-    sp.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                    help="Dask scheduler address (e.g. tcp://127.0.0.1:8786) to run the points on")
+    sp.add_argument(
+        "--out",
+        metavar="FILE",
+        help="result table (.csv or .jsonl); points already in it are skipped",
+    )
+    sp.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local worker processes (default: number of CPUs; 1 = in process)",
+    )
+    sp.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="Dask scheduler address (e.g. tcp://127.0.0.1:8786) to run the points on",
+    )
     sp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_json(sp)
 
@@ -74,8 +94,16 @@ def _handle_list(args) -> int:
         axes = " ".join(f"{_axis_flag(a)} RANGE" for a in entry.axes)
         lines.append(f"  {name:16s} {axes}" + ("" if ok else f"   [unavailable: {why}]"))
         lines.append(f"  {'':16s} {entry.help}")
-    emit(args, {"sweeps": {n: {"axes": list(e.axes), "available": e.available()[0]}
-                           for n, e in SWEEPABLE.items()}}, "\n".join(lines))
+    emit(
+        args,
+        {
+            "sweeps": {
+                n: {"axes": list(e.axes), "available": e.available()[0]}
+                for n, e in SWEEPABLE.items()
+            }
+        },
+        "\n".join(lines),
+    )
     return 0
 
 
@@ -111,15 +139,31 @@ def _handle(args) -> int:
     if args.out:
         have = {r.get(KEY_COLUMN) for r in ResultTable(args.out).read()}
         resumed = sum(point_key(p) in have for p in points)
-    rows = run_sweep(entry.fn, points, out=args.out, workers=args.workers,
-                     scheduler=args.scheduler, progress=not args.no_progress,
-                     desc=f"sweep {entry.name}")
-    payload = {"name": entry.name, "out": args.out, "n_points": len(rows),
-               "n_resumed": resumed, "n_computed": len(rows) - resumed, "rows": rows}
+    rows = run_sweep(
+        entry.fn,
+        points,
+        out=args.out,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        progress=not args.no_progress,
+        desc=f"sweep {entry.name}",
+    )
+    payload = {
+        "name": entry.name,
+        "out": args.out,
+        "n_points": len(rows),
+        "n_resumed": resumed,
+        "n_computed": len(rows) - resumed,
+        "rows": rows,
+    }
     cols = list(dict.fromkeys(k for r in rows for k in r))
     lines = ["  ".join(cols)]
     lines += ["  ".join(_fmt(r.get(c)) for c in cols) for r in rows]
-    lines.append(f"# {len(rows)} points ({resumed} read back from {args.out}, "
-                 f"{len(rows) - resumed} computed)" if args.out else f"# {len(rows)} points")
+    lines.append(
+        f"# {len(rows)} points ({resumed} read back from {args.out}, "
+        f"{len(rows) - resumed} computed)"
+        if args.out
+        else f"# {len(rows)} points"
+    )
     emit(args, payload, "\n".join(lines))
     return 0

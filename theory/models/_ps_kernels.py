@@ -178,8 +178,9 @@ def newton_known(x1, x2, w1, w2, t1, t2, V, s2, k1, k2, kf, nk):
             return x1, x2, f, True
         if nk > 0 and H11 > 0.0 and H11 * H22 > H12 * H12:
             for j in range(nk):
-                if ((abs(x1 - k1[j]) + abs(x2 - k2[j])) * (1.0 + abs(k1[j]) + abs(k2[j]))
-                        <= MERGE_TOL and f >= kf[j]):
+                if (abs(x1 - k1[j]) + abs(x2 - k2[j])) * (
+                    1.0 + abs(k1[j]) + abs(k2[j])
+                ) <= MERGE_TOL and f >= kf[j]:
                     return x1, x2, f, False
     return x1, x2, f, False
 
@@ -443,8 +444,7 @@ def _close(x1, x2, y1, y2):
 
 
 @numba.njit(cache=True)
-def _accum(acc, wt, x1, x2, f, w1, w2, xi1, xi2, e1, e2, V, s2, t1, t2, h1, h2, omega,
-           want_jac):
+def _accum(acc, wt, x1, x2, f, w1, w2, xi1, xi2, e1, e2, V, s2, t1, t2, h1, h2, omega, want_jac):
     dens = math.exp(-0.5 * (xi1 * xi1 + xi2 * xi2)) / (2.0 * math.pi)
     wt = wt * dens
     g1 = (x1 - w1) / V
@@ -463,8 +463,32 @@ def _accum(acc, wt, x1, x2, f, w1, w2, xi1, xi2, e1, e2, V, s2, t1, t2, h1, h2, 
 
 
 @numba.njit(cache=True)
-def _arc(acc, wbase, p0, p1, sx1, sx2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11,
-         a22, glx, glw, want_jac, reverse):
+def _arc(
+    acc,
+    wbase,
+    p0,
+    p1,
+    sx1,
+    sx2,
+    r,
+    e1,
+    e2,
+    c01,
+    c02,
+    sq,
+    m,
+    a,
+    c,
+    V,
+    s2,
+    omega,
+    a11,
+    a22,
+    glx,
+    glw,
+    want_jac,
+    reverse,
+):
     """Integrate the arc [p0, p1] (one basin) with Gauss-Legendre, continuing Newton from
     (sx1, sx2) (the minimiser at p0, or at p1 when ``reverse``)."""
     G = glx.shape[0]
@@ -477,8 +501,27 @@ def _arc(acc, wbase, p0, p1, sx1, sx2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, 
         xi1, xi2, w1, w2, h1, h2 = _node(phi, r, e1, e2, c01, c02, sq, m, a, c)
         t1, t2 = teacher_t(h1, h2, omega, a11, a22)
         y1, y2, f, conv = newton(y1, y2, w1, w2, t1, t2, V, s2)
-        _accum(acc, wbase * half * glw[j], y1, y2, f, w1, w2, xi1, xi2, e1, e2, V, s2, t1, t2,
-               h1, h2, omega, want_jac)
+        _accum(
+            acc,
+            wbase * half * glw[j],
+            y1,
+            y2,
+            f,
+            w1,
+            w2,
+            xi1,
+            xi2,
+            e1,
+            e2,
+            V,
+            s2,
+            t1,
+            t2,
+            h1,
+            h2,
+            omega,
+            want_jac,
+        )
         if not conv:
             acc[C_BAD] += wbase * half * glw[j]
 
@@ -498,8 +541,9 @@ def _global(phi, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22):
 
 
 @numba.njit(cache=True)
-def _locate_jump(lo, hi, ta1, ta2, tb1, tb2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega,
-                 a11, a22):
+def _locate_jump(
+    lo, hi, ta1, ta2, tb1, tb2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+):
     """Jump angle in a tiny bracket [lo, hi]: basin A (tracked from ta) is global at lo, basin B
     (tracked from tb) at hi.  Illinois iteration on D = f_A - f_B, bisection when one basin has
     vanished at the trial point.  Returns the angle."""
@@ -517,10 +561,12 @@ def _locate_jump(lo, hi, ta1, ta2, tb1, tb2, r, e1, e2, c01, c02, sq, m, a, c, V
                 ph = 0.5 * (lo + hi)
         else:
             ph = 0.5 * (lo + hi)
-        u1, u2, fu, _ = _local(ph, ta1, ta2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega,
-                               a11, a22)
-        v1, v2, fv, _ = _local(ph, tb1, tb2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega,
-                               a11, a22)
+        u1, u2, fu, _ = _local(
+            ph, ta1, ta2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+        )
+        v1, v2, fv, _ = _local(
+            ph, tb1, tb2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+        )
         if _close(u1, u2, v1, v2):
             da = abs(u1 - ta1) + abs(u2 - ta2)
             db = abs(v1 - tb1) + abs(v2 - tb2)
@@ -559,8 +605,30 @@ MAX_DEPTH = 40
 
 
 @numba.njit(cache=True)
-def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22, K,
-            glx, glw, want_jac, max_depth):
+def _circle(
+    acc,
+    stats,
+    wbase,
+    r,
+    e1,
+    e2,
+    c01,
+    c02,
+    sq,
+    m,
+    a,
+    c,
+    V,
+    s2,
+    omega,
+    a11,
+    a22,
+    K,
+    glx,
+    glw,
+    want_jac,
+    max_depth,
+):
     """Angular integral over the circle of radius r around ξ_0 at fixed η = (e1, e2).
 
     Every scan interval is bisected (global prox at the midpoint) until the global minimiser is
@@ -576,8 +644,9 @@ def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a
     X1 = np.empty(K + 1)
     X2 = np.empty(K + 1)
     for k in range(K):
-        x1, x2, f, ok = _global(two_pi * k / K, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega,
-                                a11, a22)
+        x1, x2, f, ok = _global(
+            two_pi * k / K, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+        )
         X1[k] = x1
         X2[k] = x2
     X1[K] = X1[0]
@@ -612,13 +681,85 @@ def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a
                 if chord > SAME_TOL * (1.0 + abs(A1) + abs(A2)):
                     stats[1] += 1.0  # unresolved basin change (bracket below JUMP_WIDTH)
                     pj = 0.5 * (p0 + p1)
-                    _arc(acc, wbase, p0, pj, A1, A2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                         omega, a11, a22, glx, glw, want_jac, False)
-                    _arc(acc, wbase, pj, p1, B1, B2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                         omega, a11, a22, glx, glw, want_jac, True)
+                    _arc(
+                        acc,
+                        wbase,
+                        p0,
+                        pj,
+                        A1,
+                        A2,
+                        r,
+                        e1,
+                        e2,
+                        c01,
+                        c02,
+                        sq,
+                        m,
+                        a,
+                        c,
+                        V,
+                        s2,
+                        omega,
+                        a11,
+                        a22,
+                        glx,
+                        glw,
+                        want_jac,
+                        False,
+                    )
+                    _arc(
+                        acc,
+                        wbase,
+                        pj,
+                        p1,
+                        B1,
+                        B2,
+                        r,
+                        e1,
+                        e2,
+                        c01,
+                        c02,
+                        sq,
+                        m,
+                        a,
+                        c,
+                        V,
+                        s2,
+                        omega,
+                        a11,
+                        a22,
+                        glx,
+                        glw,
+                        want_jac,
+                        True,
+                    )
                 else:
-                    _arc(acc, wbase, p0, p1, A1, A2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                         omega, a11, a22, glx, glw, want_jac, False)
+                    _arc(
+                        acc,
+                        wbase,
+                        p0,
+                        p1,
+                        A1,
+                        A2,
+                        r,
+                        e1,
+                        e2,
+                        c01,
+                        c02,
+                        sq,
+                        m,
+                        a,
+                        c,
+                        V,
+                        s2,
+                        omega,
+                        a11,
+                        a22,
+                        glx,
+                        glw,
+                        want_jac,
+                        False,
+                    )
                 continue
             pm = 0.5 * (p0 + p1)
             stats[2] += 1.0
@@ -631,22 +772,49 @@ def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a
             smooth = dev <= SMOOTH_RATIO * chord + SAME_TOL * (1.0 + abs(M1) + abs(M2))
             if smooth:
                 # continuation A → pm → p1 must land on the global minimisers
-                y1, y2, fy, _ = _local(pm, A1, A2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                                       omega, a11, a22)
+                y1, y2, fy, _ = _local(
+                    pm, A1, A2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+                )
                 smooth = _close(y1, y2, M1, M2)
                 if smooth:
-                    y1, y2, fy, _ = _local(p1, y1, y2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                                           omega, a11, a22)
+                    y1, y2, fy, _ = _local(
+                        p1, y1, y2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+                    )
                     smooth = _close(y1, y2, B1, B2)
             if smooth:
-                _arc(acc, wbase, p0, p1, A1, A2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega,
-                     a11, a22, glx, glw, want_jac, False)
+                _arc(
+                    acc,
+                    wbase,
+                    p0,
+                    p1,
+                    A1,
+                    A2,
+                    r,
+                    e1,
+                    e2,
+                    c01,
+                    c02,
+                    sq,
+                    m,
+                    a,
+                    c,
+                    V,
+                    s2,
+                    omega,
+                    a11,
+                    a22,
+                    glx,
+                    glw,
+                    want_jac,
+                    False,
+                )
                 continue
             if p1 - p0 <= TRY_WIDTH:
                 # locate a single jump between the basins of the two ends and verify that each
                 # basin is global beside it and in the middle of its sub-arc
-                pj = _locate_jump(p0, p1, A1, A2, B1, B2, r, e1, e2, c01, c02, sq, m, a, c, V,
-                                  s2, omega, a11, a22)
+                pj = _locate_jump(
+                    p0, p1, A1, A2, B1, B2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+                )
                 eps = 1e-10 * (p1 - p0) + 1e-14
                 ok = p0 + eps < pj < p1 - eps
                 for side in range(4):
@@ -660,17 +828,67 @@ def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a
                         ph, S1, S2 = 0.5 * (p0 + pj), A1, A2
                     else:
                         ph, S1, S2 = 0.5 * (pj + p1), B1, B2
-                    y1, y2, fy, _ = _local(ph, S1, S2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                                           omega, a11, a22)
-                    g1_, g2_, gf, _ = _global(ph, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega,
-                                              a11, a22)
+                    y1, y2, fy, _ = _local(
+                        ph, S1, S2, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+                    )
+                    g1_, g2_, gf, _ = _global(
+                        ph, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a11, a22
+                    )
                     ok = gf >= fy - 1e-13 * (1.0 + abs(fy))
                 if ok:
                     stats[0] += 1.0
-                    _arc(acc, wbase, p0, pj, A1, A2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                         omega, a11, a22, glx, glw, want_jac, False)
-                    _arc(acc, wbase, pj, p1, B1, B2, r, e1, e2, c01, c02, sq, m, a, c, V, s2,
-                         omega, a11, a22, glx, glw, want_jac, True)
+                    _arc(
+                        acc,
+                        wbase,
+                        p0,
+                        pj,
+                        A1,
+                        A2,
+                        r,
+                        e1,
+                        e2,
+                        c01,
+                        c02,
+                        sq,
+                        m,
+                        a,
+                        c,
+                        V,
+                        s2,
+                        omega,
+                        a11,
+                        a22,
+                        glx,
+                        glw,
+                        want_jac,
+                        False,
+                    )
+                    _arc(
+                        acc,
+                        wbase,
+                        pj,
+                        p1,
+                        B1,
+                        B2,
+                        r,
+                        e1,
+                        e2,
+                        c01,
+                        c02,
+                        sq,
+                        m,
+                        a,
+                        c,
+                        V,
+                        s2,
+                        omega,
+                        a11,
+                        a22,
+                        glx,
+                        glw,
+                        want_jac,
+                        True,
+                    )
                     continue
             sp0[top] = p0
             sp1[top] = pm
@@ -691,8 +909,32 @@ def _circle(acc, stats, wbase, r, e1, e2, c01, c02, sq, m, a, c, V, s2, omega, a
 
 
 @numba.njit(cache=True, parallel=True)
-def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta, V, rho, s2,
-               omega, a11, a22, want_jac, max_depth, nthreads, sym, w_skip=1e-15, w_deep=1e-9):
+def split_sums(
+    eta_x,
+    eta_w,
+    eta2_x,
+    eta2_w,
+    r_x,
+    r_w,
+    glx,
+    glw,
+    K,
+    q,
+    m,
+    theta,
+    V,
+    rho,
+    s2,
+    omega,
+    a11,
+    a22,
+    want_jac,
+    max_depth,
+    nthreads,
+    sym,
+    w_skip=1e-15,
+    w_deep=1e-9,
+):
     """Channel sums (same layout as ``channel_sums``) with the jump-splitting polar rule.
 
     eta_x, eta_w / eta2_x, eta2_w: 1-D rules for η_1 / η_2 (tensor product is formed here);
@@ -742,7 +984,7 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
             P2[npair] = i2
             PW[npair] = mult
             npair += 1
-    odd_zero = (swap or (base_sym != 0 and ne % 2 == 0))
+    odd_zero = swap or (base_sym != 0 and ne % 2 == 0)
     ncirc = npair * nr
     part = np.zeros((nthreads, N_CHANNEL + 4))
     for th in numba.prange(nthreads):
@@ -765,8 +1007,30 @@ def split_sums(eta_x, eta_w, eta2_x, eta2_w, r_x, r_w, glx, glw, K, q, m, theta,
             if cw < w_skip:
                 continue
             depth = max_depth if cw > w_deep else 3
-            _circle(acc, stats, wbase, r, eta_x[i1], eta2_x[i2], c01, c02, sq, m, a, c, V, s2,
-                    omega, a11, a22, K, glx, glw, want_jac, depth)
+            _circle(
+                acc,
+                stats,
+                wbase,
+                r,
+                eta_x[i1],
+                eta2_x[i2],
+                c01,
+                c02,
+                sq,
+                m,
+                a,
+                c,
+                V,
+                s2,
+                omega,
+                a11,
+                a22,
+                K,
+                glx,
+                glw,
+                want_jac,
+                depth,
+            )
         for k in range(N_CHANNEL):
             part[th, k] = acc[k]
         for k in range(4):

@@ -73,8 +73,11 @@ ACTIVATIONS = {
 # unit-norm Hermite activations He_k / sqrt(k!) and aliases (the simulator's names)
 for _k, _c in ((2, math.sqrt(2.0)), (3, math.sqrt(6.0)), (4, math.sqrt(24.0))):
     _s, _ds, _kk = ACTIVATIONS[f"he{_k}"]
-    ACTIVATIONS[f"he{_k}n"] = ((lambda x, s=_s, c=_c: s(x) / c),
-                               (lambda x, ds=_ds, c=_c: ds(x) / c), _kk)
+    ACTIVATIONS[f"he{_k}n"] = (
+        (lambda x, s=_s, c=_c: s(x) / c),
+        (lambda x, ds=_ds, c=_c: ds(x) / c),
+        _kk,
+    )
 for _alias in ("identity", "id", "he1"):
     ACTIVATIONS[_alias] = ACTIVATIONS["linear"]
 

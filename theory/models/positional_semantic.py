@@ -84,8 +84,13 @@ class ERMParams:
         return ERMParams(**d)
 
     def to_dict(self) -> dict:
-        return dict(sigma=self.sigma, lam=self.lam, omega=self.omega,
-                    A=[list(r) for r in self.A], rho=self.rho)
+        return dict(
+            sigma=self.sigma,
+            lam=self.lam,
+            omega=self.omega,
+            A=[list(r) for r in self.A],
+            rho=self.rho,
+        )
 
 
 def as_params(params=None, **overrides) -> ERMParams:
@@ -141,8 +146,9 @@ def teacher_diag(h_star, params) -> np.ndarray:
     p = as_params(params)
     a, b = softmax_diag(h_star)
     A = p.A_array
-    return np.stack([(1 - p.omega) * a + p.omega * A[0, 0],
-                     (1 - p.omega) * b + p.omega * A[1, 1]], axis=1)
+    return np.stack(
+        [(1 - p.omega) * a + p.omega * A[0, 0], (1 - p.omega) * b + p.omega * A[1, 1]], axis=1
+    )
 
 
 def attention_matrix(x) -> np.ndarray:
@@ -245,10 +251,22 @@ def prox_reference(w_local, h_star, V, params, *, starts=None):
 
         z = np.array(_K.zero_loss_point(ti[0], ti[1]))
         R = math.sqrt(2 * V * f(wi) + 1e-300)
-        cands = [wi, z, -z, (z + wi) / 2, (wi - z) / 2, wi / 2, np.array([0.0, wi[1]]),
-                 np.array([wi[0], 0.0]), np.full(2, wi.mean())]
-        cands += [wi + r * np.array([math.cos(a), math.sin(a)])
-                  for r in (R, R / 2) for a in np.linspace(0, 2 * math.pi, 8, endpoint=False)]
+        cands = [
+            wi,
+            z,
+            -z,
+            (z + wi) / 2,
+            (wi - z) / 2,
+            wi / 2,
+            np.array([0.0, wi[1]]),
+            np.array([wi[0], 0.0]),
+            np.full(2, wi.mean()),
+        ]
+        cands += [
+            wi + r * np.array([math.cos(a), math.sin(a)])
+            for r in (R, R / 2)
+            for a in np.linspace(0, 2 * math.pi, 8, endpoint=False)
+        ]
         if starts is not None:
             cands = list(starts)
         best = None
@@ -312,8 +330,7 @@ class Rule:
 
     def describe(self) -> dict:
         if self.method == "split":
-            d = dict(method="split", eta=self.eta, n_r=self.n_r, n_phi=self.n_phi,
-                     n_arc=self.n_arc)
+            d = dict(method="split", eta=self.eta, n_r=self.n_r, n_phi=self.n_phi, n_arc=self.n_arc)
             if self.eta == "trap":
                 d.update(h_eta=self.h, eta_cut=ETA_CUT)
             else:
@@ -352,9 +369,17 @@ def eta_rule(rule: Rule) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(x), np.ascontiguousarray(w)
 
 
-def make_rule(method: str = "split", nodes: int | None = None, rng=0, *, n_r: int | None = None,
-              n_phi: int | None = None, n_arc: int | None = None, h: float | None = None,
-              eta: str | None = None) -> Rule:
+def make_rule(
+    method: str = "split",
+    nodes: int | None = None,
+    rng=0,
+    *,
+    n_r: int | None = None,
+    n_phi: int | None = None,
+    n_arc: int | None = None,
+    h: float | None = None,
+    eta: str | None = None,
+) -> Rule:
     """Build a quadrature rule.
 
     ``split`` (default, accurate across the jumps of the prox; sizes default to
@@ -382,18 +407,28 @@ def make_rule(method: str = "split", nodes: int | None = None, rng=0, *, n_r: in
             if v is not None:
                 d[k] = int(v)
         if eta == "gh" and d["n"] < 2:
-            raise ValueError(f"split rule: nodes (Gauss-Hermite per eta component) must be >= 2, "
-                             f"got {d['n']}")
+            raise ValueError(
+                f"split rule: nodes (Gauss-Hermite per eta component) must be >= 2, got {d['n']}"
+            )
         if eta == "trap" and not 0.05 <= d["h"] <= 2.0:
-            raise ValueError(f"split rule: h (trapezoid spacing in eta) must lie in [0.05, 2], "
-                             f"got {d['h']}")
+            raise ValueError(
+                f"split rule: h (trapezoid spacing in eta) must lie in [0.05, 2], got {d['h']}"
+            )
         if d["n_r"] < 2 or d["n_phi"] < 4 or d["n_arc"] < 2:
-            raise ValueError(f"split rule sizes too small (need n_r >= 2, n_phi >= 4, "
-                             f"n_arc >= 2): {d}")
+            raise ValueError(
+                f"split rule sizes too small (need n_r >= 2, n_phi >= 4, n_arc >= 2): {d}"
+            )
         if eta == "trap":
             d["n"] = 2 * int(math.floor(ETA_CUT / d["h"]))
-        return Rule("split", d["n"], n_r=d["n_r"], n_phi=d["n_phi"], n_arc=d["n_arc"],
-                    eta=eta, h=d["h"] if eta == "trap" else 0.0)
+        return Rule(
+            "split",
+            d["n"],
+            n_r=d["n_r"],
+            n_phi=d["n_phi"],
+            n_arc=d["n_arc"],
+            eta=eta,
+            h=d["h"] if eta == "trap" else 0.0,
+        )
     if method == "gh":
         n = int(nodes if nodes is not None else 14)
         x, w = gauss.gh_tensor(n, 4)
@@ -412,8 +447,15 @@ def make_rule(method: str = "split", nodes: int | None = None, rng=0, *, n_r: in
 def coarse_rule() -> Rule:
     """The cheap rule of :data:`SPLIT_COARSE`."""
     c = SPLIT_COARSE
-    return make_rule("split", c.get("n"), n_r=c["n_r"], n_phi=c["n_phi"], n_arc=c["n_arc"],
-                     eta=c["eta"], h=c.get("h"))
+    return make_rule(
+        "split",
+        c.get("n"),
+        n_r=c["n_r"],
+        n_phi=c["n_phi"],
+        n_arc=c["n_arc"],
+        eta=c["eta"],
+        h=c.get("h"),
+    )
 
 
 def _split_sums(rule: Rule, q, m, theta, V, p: ERMParams, jac: bool, symmetry: bool = True):
@@ -430,9 +472,32 @@ def _split_sums(rule: Rule, q, m, theta, V, p: ERMParams, jac: bool, symmetry: b
         sym = (1 if theta == 0.0 else 0) + (2 if (m == 0.0 and p.swap_symmetric) else 0)
         if sym and p.swap_symmetric:
             sym += 4
-    return _K.split_sums(ex, ew, ex, ew, rx, rw, glx, glw, rule.n_phi, float(q), float(m),
-                         float(theta), float(V), p.rho, p.s2, p.omega, A[0, 0], A[1, 1],
-                         bool(jac), _K.MAX_DEPTH, _nthreads(), sym, W_SKIP, W_DEEP)
+    return _K.split_sums(
+        ex,
+        ew,
+        ex,
+        ew,
+        rx,
+        rw,
+        glx,
+        glw,
+        rule.n_phi,
+        float(q),
+        float(m),
+        float(theta),
+        float(V),
+        p.rho,
+        p.s2,
+        p.omega,
+        A[0, 0],
+        A[1, 1],
+        bool(jac),
+        _K.MAX_DEPTH,
+        _nthreads(),
+        sym,
+        W_SKIP,
+        W_DEEP,
+    )
 
 
 # --------------------------------------------------------------------------- state equations
@@ -446,8 +511,9 @@ def _guard_theta(q, theta, rho):
     return theta, False
 
 
-def channel(q, m, theta, V, params, rule: Rule, *, jac: bool = False,
-            symmetry: bool = True) -> dict:
+def channel(
+    q, m, theta, V, params, rule: Rule, *, jac: bool = False, symmetry: bool = True
+) -> dict:
     """Expectations over (ξ, η) of the channel quantities at (q, m, θ, V) (see ``channel_sums``).
 
     Returns E[Σg²], E[Σ s g], E[Σ g η], E[Σ g ξ], E[M] (Moreau envelope), E[tr dx̂/dw],
@@ -468,14 +534,35 @@ def channel(q, m, theta, V, params, rule: Rule, *, jac: bool = False,
         s = _split_sums(rule, q, m, theta, V, p, jac, symmetry)
         stats = dict(jumps=float(s[_K.N_CHANNEL]), unresolved=float(s[_K.N_CHANNEL + 1]))
     else:
-        s = _K.channel_sums(rule.nodes, rule.weights, float(q), float(m), float(theta),
-                            float(V), p.rho, p.s2, p.omega, A[0, 0], A[1, 1], bool(jac),
-                            _nthreads())
+        s = _K.channel_sums(
+            rule.nodes,
+            rule.weights,
+            float(q),
+            float(m),
+            float(theta),
+            float(V),
+            p.rho,
+            p.s2,
+            p.omega,
+            A[0, 0],
+            A[1, 1],
+            bool(jac),
+            _nthreads(),
+        )
     wsum = s[_K.C_W]
-    return dict(g2=s[_K.C_G2] / wsum, sg=s[_K.C_SG] / wsum, geta=s[_K.C_GETA] / wsum,
-                gxi=s[_K.C_GXI] / wsum, M=s[_K.C_M] / wsum, trjw=s[_K.C_TRJW] / wsum,
-                trjh=s[_K.C_TRJH] / wsum, eps_g=s[_K.C_EG] / wsum, bad=s[_K.C_BAD] / wsum,
-                wsum=wsum, **stats)
+    return dict(
+        g2=s[_K.C_G2] / wsum,
+        sg=s[_K.C_SG] / wsum,
+        geta=s[_K.C_GETA] / wsum,
+        gxi=s[_K.C_GXI] / wsum,
+        M=s[_K.C_M] / wsum,
+        trjw=s[_K.C_TRJW] / wsum,
+        trjh=s[_K.C_TRJH] / wsum,
+        eps_g=s[_K.C_EG] / wsum,
+        bad=s[_K.C_BAD] / wsum,
+        wsum=wsum,
+        **stats,
+    )
 
 
 def hats_from_channel(alpha, q, m, theta, V, ch: dict, params) -> dict:
@@ -499,19 +586,27 @@ def overlaps_from_hats(qhat, mhat, thetahat, Vhat, params) -> dict:
     D = p.lam + p.s2 * Vhat
     if not D > 0:
         raise FloatingPointError(
-            f"lambda + sigma^2 Vhat = {D:.3g} <= 0: the ridge step is unstable")
-    return dict(q=p.s2 * (p.s2 * qhat + mhat**2 + p.s2 * p.rho * thetahat**2) / D**2,
-                m=mhat / D, theta=p.s2 * p.rho * thetahat / D, V=p.s2 / D)
+            f"lambda + sigma^2 Vhat = {D:.3g} <= 0: the ridge step is unstable"
+        )
+    return dict(
+        q=p.s2 * (p.s2 * qhat + mhat**2 + p.s2 * p.rho * thetahat**2) / D**2,
+        m=mhat / D,
+        theta=p.s2 * p.rho * thetahat / D,
+        V=p.s2 / D,
+    )
 
 
 def free_energy(alpha, o: dict, h: dict, EM: float, params) -> float:
     """Φ of spec §3 at overlaps ``o`` (q, m, theta, V) and hats ``h``; ε_t = -Φ."""
     p = as_params(params)
     D = p.lam + p.s2 * h["Vhat"]
-    return (0.5 * (h["Vhat"] * o["q"] - h["qhat"] * o["V"]) - o["m"] * h["mhat"]
-            - o["theta"] * h["thetahat"]
-            + 0.5 * (p.s2 * h["qhat"] + h["mhat"] ** 2 + p.s2 * p.rho * h["thetahat"] ** 2) / D
-            - alpha * EM)
+    return (
+        0.5 * (h["Vhat"] * o["q"] - h["qhat"] * o["V"])
+        - o["m"] * h["mhat"]
+        - o["theta"] * h["thetahat"]
+        + 0.5 * (p.s2 * h["qhat"] + h["mhat"] ** 2 + p.s2 * p.rho * h["thetahat"] ** 2) / D
+        - alpha * EM
+    )
 
 
 def phi_at(alpha, overlaps: dict, hats: dict, params, rule: Rule) -> float:
@@ -597,11 +692,24 @@ def _enforce(branch, params, d):
     return d
 
 
-def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None = None, *,
-                mixing: float = 0.5, tol: float = 1e-6, max_iter: int = 300,
-                nodes: int | None = None, method: str = "split", rng=0,
-                rule: Rule | None = None, accel: str = "newton", coarse: bool = True,
-                keep_history: bool = False, diagnostics: bool = False) -> ERMResult:
+def fixed_point(
+    alpha,
+    params=None,
+    branch: str = "semantic",
+    init: dict | None = None,
+    *,
+    mixing: float = 0.5,
+    tol: float = 1e-6,
+    max_iter: int = 300,
+    nodes: int | None = None,
+    method: str = "split",
+    rng=0,
+    rule: Rule | None = None,
+    accel: str = "newton",
+    coarse: bool = True,
+    keep_history: bool = False,
+    diagnostics: bool = False,
+) -> ERMResult:
     """Solve the state equations of spec §3 on one branch.
 
     ``branch`` picks the initialisation (``DEFAULT_INIT``) and the exact invariant subspace:
@@ -670,8 +778,11 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
     x0["m"], x0["theta"] = abs(x0["m"]), abs(x0["theta"])
     if not (x0["q"] > 0 and x0["V"] > 0):
         raise ValueError(f"the initial q and V must be > 0, got {x0}")
-    keys = ["q", "V"] + (["m"] if x0["m"] != 0 or branch == "positional" else []) \
+    keys = (
+        ["q", "V"]
+        + (["m"] if x0["m"] != 0 or branch == "positional" else [])
         + (["theta"] if x0["theta"] != 0 or branch == "semantic" else [])
+    )
     if branch == "semantic" and not p.swap_symmetric:
         keys = ["q", "V", "m", "theta"]
     guard_hits = [0]
@@ -683,9 +794,11 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             guard_hits[0] += clipped
             ch = channel(full["q"], full["m"], th, full["V"], p, rl)
             h = hats_from_channel(alpha, full["q"], full["m"], th, full["V"], ch, p)
-            new = _enforce(branch, p, overlaps_from_hats(h["qhat"], h["mhat"], h["thetahat"],
-                                                         h["Vhat"], p))
+            new = _enforce(
+                branch, p, overlaps_from_hats(h["qhat"], h["mhat"], h["thetahat"], h["Vhat"], p)
+            )
             return {k: new[k] for k in keys}, (ch, h)
+
         return F
 
     solver = anderson_iteration if accel == "anderson" else damped_iteration
@@ -706,8 +819,10 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
         trace.append(v)
         last = trace[-16:]
         if len(last) == 16 and v < COLLAPSE and all(b < a for a, b in zip(last, last[1:])):
-            return f"the {branch} branch collapsed onto the trivial one (order parameter " \
-                   f"{v:.2e} < {COLLAPSE:g}, decreasing for 15 iterations)"
+            return (
+                f"the {branch} branch collapsed onto the trivial one (order parameter "
+                f"{v:.2e} < {COLLAPSE:g}, decreasing for 15 iterations)"
+            )
         # ... or is below 3 COLLAPSE, has decreased at every one of the last 30 iterations, and
         # the Aitken extrapolation of that decay (iterations -30, -15, 0) ends below COLLAPSE/2
         # (the slow geometric escape from a branch that ended nearby)
@@ -717,8 +832,10 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             den = a0 + a2 - 2 * a1
             limit = (a0 * a2 - a1 * a1) / den if den > 0 else math.inf
             if limit < COLLAPSE / 2:
-                return f"the {branch} branch collapsed onto the trivial one (order parameter " \
-                       f"{v:.2e}, decreasing for 30 iterations towards {max(limit, 0):.1e})"
+                return (
+                    f"the {branch} branch collapsed onto the trivial one (order parameter "
+                    f"{v:.2e}, decreasing for 30 iterations towards {max(limit, 0):.1e})"
+                )
         return None
 
     iters = 0
@@ -739,26 +856,46 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             # accurate equations directly, the Jacobian from finite differences of the cheap map
             # at the start (no cheap fixed point: the cheap rule's error, ~2e-3 and oscillating
             # with the parameters, is larger than a good warm start's)
-            direct = newton_iteration(make_F(rule), start, tol=tol, max_iter=WARM_DIRECT_MAPS,
-                                      jacobian_map=make_F(cheap), keep_history=keep_history,
-                                      stop=stop, max_start_residual=WARM_DIRECT_RESIDUAL)
+            direct = newton_iteration(
+                make_F(rule),
+                start,
+                tol=tol,
+                max_iter=WARM_DIRECT_MAPS,
+                jacobian_map=make_F(cheap),
+                keep_history=keep_history,
+                stop=stop,
+                max_start_residual=WARM_DIRECT_RESIDUAL,
+            )
             iters += direct.iterations
             if direct.status in ("converged", "diverged"):
                 out = direct
         if out is None and (init is not None or branch == "positional"):
-            pre = newton_iteration(make_F(cheap), start, tol=max(tol, 1e-4) if cheap is not rule
-                                   else tol, max_iter=16, keep_history=keep_history, stop=stop,
-                                   jacobian0=_jac_for(jac_prev, keys))
+            pre = newton_iteration(
+                make_F(cheap),
+                start,
+                tol=max(tol, 1e-4) if cheap is not rule else tol,
+                max_iter=16,
+                keep_history=keep_history,
+                stop=stop,
+                jacobian0=_jac_for(jac_prev, keys),
+            )
             iters += pre.iterations
         if out is None and (pre is None or pre.status != "converged"):
-            pre = anderson_iteration(make_F(cheap), start, mixing=mixing,
-                                     tol=max(tol, 1e-3), max_iter=max_iter,
-                                     keep_history=keep_history, stop=stop)
+            pre = anderson_iteration(
+                make_F(cheap),
+                start,
+                mixing=mixing,
+                tol=max(tol, 1e-3),
+                max_iter=max_iter,
+                keep_history=keep_history,
+                stop=stop,
+            )
             iters += pre.iterations
         if out is not None:
             out.iterations = iters
-        elif pre.status == "diverged" or (cheap is rule and pre.status == "converged"
-                                          and pre.residual < tol):
+        elif pre.status == "diverged" or (
+            cheap is rule and pre.status == "converged" and pre.residual < tol
+        ):
             out = pre  # (no cheap rule: stage 1 already solved the requested equations)
             out.iterations = iters
         else:
@@ -769,11 +906,16 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
                 trial = {k: begin[k] + shift.get(k, 0.0) for k in begin}
                 if all(v > 0 for k, v in trial.items() if k in ("q", "V")):
                     begin = trial
-            out = newton_iteration(make_F(rule), begin, tol=tol, max_iter=min(max_iter, 40),
-                                   jacobian_map=make_F(cheap) if cheap is not rule else None,
-                                   keep_history=keep_history, stop=stop,
-                                   jacobian_base=((pre.x, pre.Fx) if pre.status == "converged"
-                                                  and pre.Fx else None))
+            out = newton_iteration(
+                make_F(rule),
+                begin,
+                tol=tol,
+                max_iter=min(max_iter, 40),
+                jacobian_map=make_F(cheap) if cheap is not rule else None,
+                keep_history=keep_history,
+                stop=stop,
+                jacobian_base=((pre.x, pre.Fx) if pre.status == "converged" and pre.Fx else None),
+            )
             if out.status == "converged" and pre.status == "converged" and cheap is not rule:
                 cheap_x = {k: float(v) for k, v in pre.x.items()}
             if out.status in ("converged", "diverged"):
@@ -784,47 +926,85 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
                 note = f"quasi-Newton stopped ({out.status}: {out.message})"
                 iters += out.iterations
                 nxt = dict(out.x) if out.status == "max_iter" else begin
-                out = anderson_iteration(make_F(rule), nxt, mixing=mixing, tol=tol,
-                                         max_iter=max_iter, keep_history=keep_history, stop=stop)
+                out = anderson_iteration(
+                    make_F(rule),
+                    nxt,
+                    mixing=mixing,
+                    tol=tol,
+                    max_iter=max_iter,
+                    keep_history=keep_history,
+                    stop=stop,
+                )
                 out.iterations += iters
                 out.message = f"{note}; {out.message}" if out.message else note
     else:
         if cheap is not rule:
-            pre = solver(make_F(cheap), start, mixing=mixing, tol=max(tol, 1e-5),
-                         max_iter=max_iter, keep_history=keep_history, stop=stop)
+            pre = solver(
+                make_F(cheap),
+                start,
+                mixing=mixing,
+                tol=max(tol, 1e-5),
+                max_iter=max_iter,
+                keep_history=keep_history,
+                stop=stop,
+            )
             iters += pre.iterations
             if pre.status == "converged":
                 start = dict(pre.x)
         if iters and pre.status == "diverged":
             out = pre
         else:
-            out = solver(make_F(rule), start, mixing=mixing, tol=tol, max_iter=max_iter,
-                         keep_history=keep_history, stop=stop)
+            out = solver(
+                make_F(rule),
+                start,
+                mixing=mixing,
+                tol=tol,
+                max_iter=max_iter,
+                keep_history=keep_history,
+                stop=stop,
+            )
             out.iterations += iters
             if out.status == "max_iter" and accel == "anderson":
                 # Anderson can lock into a cycle where the map is rough: fall back to the plain
                 # damped iteration with half the mixing from the last iterate
                 n0 = out.iterations
-                out = damped_iteration(make_F(rule), dict(out.x), mixing=mixing / 2, tol=tol,
-                                       max_iter=max_iter, keep_history=keep_history, stop=stop)
+                out = damped_iteration(
+                    make_F(rule),
+                    dict(out.x),
+                    mixing=mixing / 2,
+                    tol=tol,
+                    max_iter=max_iter,
+                    keep_history=keep_history,
+                    stop=stop,
+                )
                 out.iterations += n0
                 note = "Anderson did not converge, finished with the damped iteration"
                 out.message = f"{out.message}; {note}" if out.message else note
     if out.Fx:
-        out.Fx = _enforce(branch, p, dict(q=out.Fx["q"], V=out.Fx["V"], m=out.Fx.get("m", 0.0),
-                                          theta=out.Fx.get("theta", 0.0)))
-    out.x = dict(q=out.x["q"], V=out.x["V"], m=out.x.get("m", 0.0),
-                 theta=out.x.get("theta", 0.0))
+        out.Fx = _enforce(
+            branch,
+            p,
+            dict(
+                q=out.Fx["q"], V=out.Fx["V"], m=out.Fx.get("m", 0.0), theta=out.Fx.get("theta", 0.0)
+            ),
+        )
+    out.x = dict(q=out.x["q"], V=out.x["V"], m=out.x.get("m", 0.0), theta=out.x.get("theta", 0.0))
     res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
     if out.status == "diverged" and "collapsed onto the trivial" in (out.message or ""):
         res.metadata["collapsed"] = True
-    if (res.converged and accel == "newton" and cheap is not rule
-            and getattr(pre, "jacobian", None) is not None):
-        res.metadata["jac_cheap"] = dict(keys=list(keys), J=pre.jacobian[0].tolist(),
-                                         scale=pre.jacobian[1].tolist())
+    if (
+        res.converged
+        and accel == "newton"
+        and cheap is not rule
+        and getattr(pre, "jacobian", None) is not None
+    ):
+        res.metadata["jac_cheap"] = dict(
+            keys=list(keys), J=pre.jacobian[0].tolist(), scale=pre.jacobian[1].tolist()
+        )
     if cheap_x is not None and res.converged:
-        res.metadata["cheap_shift"] = {k: float(getattr(res, k) * (1 if cheap_x[k] >= 0 else -1)
-                                              - cheap_x[k]) for k in cheap_x}
+        res.metadata["cheap_shift"] = {
+            k: float(getattr(res, k) * (1 if cheap_x[k] >= 0 else -1) - cheap_x[k]) for k in cheap_x
+        }
     return res
 
 
@@ -835,21 +1015,28 @@ def _jac_for(saved, keys):
     return np.asarray(saved["J"], dtype=float), np.asarray(saved["scale"], dtype=float)
 
 
-def _result_from(alpha, p, branch, out, rule, tol, guard_hits,
-                 diagnostics=False) -> ERMResult:
+def _result_from(alpha, p, branch, out, rule, tol, guard_hits, diagnostics=False) -> ERMResult:
     # converged: the channel of the last map evaluation (at out.x) is reused and the result is
     # reported at out.x — the fixed point to within the tolerance, with hats and Φ consistent
     # with it (ε_t, being stationary, is exact to ~tol²); otherwise (or for the derivative-form
     # diagnostics) everything is evaluated at the final undamped image F(out.x)
-    reuse = (not diagnostics and out.status == "converged" and isinstance(out.aux, tuple))
+    reuse = not diagnostics and out.status == "converged" and isinstance(out.aux, tuple)
     x = out.x if reuse or not out.Fx else out.Fx
     if reuse:  # the channel saw θ through the guard
         x = dict(x, theta=_guard_theta(x["q"], x["theta"], p.rho)[0])
     meta = dict(rule.describe(), tol=tol, guard_hits=int(guard_hits))
     if out.aux is None or out.status == "nan":
-        return ERMResult(alpha=alpha, omega=p.omega, status=out.status, message=out.message,
-                         branch_init=branch, iterations=out.iterations, params=p.to_dict(),
-                         metadata=meta, history=out.history)
+        return ERMResult(
+            alpha=alpha,
+            omega=p.omega,
+            status=out.status,
+            message=out.message,
+            branch_init=branch,
+            iterations=out.iterations,
+            params=p.to_dict(),
+            metadata=meta,
+            history=out.history,
+        )
     try:
         if reuse:
             ch, h = out.aux
@@ -857,24 +1044,53 @@ def _result_from(alpha, p, branch, out, rule, tol, guard_hits,
             ch = channel(x["q"], x["m"], x["theta"], x["V"], p, rule, jac=diagnostics)
             h = hats_from_channel(alpha, x["q"], x["m"], x["theta"], x["V"], ch, p)
     except ValueError as exc:
-        return ERMResult(alpha=alpha, omega=p.omega, status="diverged", message=str(exc),
-                         branch_init=branch, iterations=out.iterations, params=p.to_dict(),
-                         metadata=meta, history=out.history)
+        return ERMResult(
+            alpha=alpha,
+            omega=p.omega,
+            status="diverged",
+            message=str(exc),
+            branch_init=branch,
+            iterations=out.iterations,
+            params=p.to_dict(),
+            metadata=meta,
+            history=out.history,
+        )
     phi = free_energy(alpha, x, h, ch["M"], p)
-    meta.update(phi=phi, eps_t_energy=alpha * (ch["M"] - 0.5 * x["V"] * ch["g2"])
-                + p.lam * x["q"] / (2 * p.s2),
-                newton_fail_weight=ch["bad"], jumps=ch.get("jumps"),
-                unresolved_jumps=ch.get("unresolved"), mhat_signed=h["mhat"],
-                thetahat_signed=h["thetahat"])
+    meta.update(
+        phi=phi,
+        eps_t_energy=alpha * (ch["M"] - 0.5 * x["V"] * ch["g2"]) + p.lam * x["q"] / (2 * p.s2),
+        newton_fail_weight=ch["bad"],
+        jumps=ch.get("jumps"),
+        unresolved_jumps=ch.get("unresolved"),
+        mhat_signed=h["mhat"],
+        thetahat_signed=h["thetahat"],
+    )
     if diagnostics:
         meta.update(Vhat_jac=h["Vhat_jac"], thetahat_jac=h["thetahat_jac"])
     m, th = abs(x["m"]), abs(x["theta"])
-    return ERMResult(alpha=alpha, omega=p.omega, q=x["q"], m=m, theta=th, V=x["V"],
-                     qhat=h["qhat"], mhat=abs(h["mhat"]), thetahat=abs(h["thetahat"]),
-                     Vhat=h["Vhat"], eps_t=-phi, eps_g=ch["eps_g"],
-                     branch=label_branch(m, th, p), branch_init=branch, status=out.status,
-                     message=out.message, iterations=out.iterations, residual=out.residual,
-                     params=p.to_dict(), metadata=meta, history=out.history)
+    return ERMResult(
+        alpha=alpha,
+        omega=p.omega,
+        q=x["q"],
+        m=m,
+        theta=th,
+        V=x["V"],
+        qhat=h["qhat"],
+        mhat=abs(h["mhat"]),
+        thetahat=abs(h["thetahat"]),
+        Vhat=h["Vhat"],
+        eps_t=-phi,
+        eps_g=ch["eps_g"],
+        branch=label_branch(m, th, p),
+        branch_init=branch,
+        status=out.status,
+        message=out.message,
+        iterations=out.iterations,
+        residual=out.residual,
+        params=p.to_dict(),
+        metadata=meta,
+        history=out.history,
+    )
 
 
 # --------------------------------------------------------------------------- linear baseline
@@ -921,8 +1137,15 @@ def linear_baseline_B(params=None, *, n: int = 160) -> np.ndarray:
 # --------------------------------------------------------------------------- curves, transition
 
 
-def curve(alphas, params=None, branches=("semantic", "positional"), *,
-          sweeps=None, progress: bool = False, **fp_kwargs) -> list[ERMResult]:
+def curve(
+    alphas,
+    params=None,
+    branches=("semantic", "positional"),
+    *,
+    sweeps=None,
+    progress: bool = False,
+    **fp_kwargs,
+) -> list[ERMResult]:
     """Fixed points along ``alphas`` for each branch by continuation (warm starts).
 
     ``sweeps``: "forward" (increasing α) and/or "backward" (decreasing α); each result carries
@@ -944,8 +1167,10 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
         if b not in BRANCHES:
             raise ValueError(f"branch must be one of {BRANCHES}, got {b!r}")
     if "rule" not in fp_kwargs:
-        fp_kwargs["rule"] = make_rule(fp_kwargs.pop("method", "split"),
-                                      fp_kwargs.pop("nodes", None))
+        fp_kwargs["rule"] = make_rule(
+            fp_kwargs.pop("method", "split"), fp_kwargs.pop("nodes", None)
+        )
+
     def sweeps_of(b):
         if sweeps is not None:
             return tuple(sweeps)
@@ -955,8 +1180,7 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(alphas) * sum(len(sweeps_of(b)) for b in branches),
-                   desc="erm curve")
+        bar = tqdm(total=len(alphas) * sum(len(sweeps_of(b)) for b in branches), desc="erm curve")
     out = []
     for b in branches:
         last, lost = [], {}
@@ -966,10 +1190,16 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
             if d in lost:
                 # natural continuation cannot pass the end (fold) of a branch: once the branch,
                 # followed this way, collapsed onto the trivial one, it is not solved further
-                return ERMResult(alpha=a, omega=p.omega, status="diverged", branch_init=b,
-                                 params=p.to_dict(), metadata=dict(not_continued=True),
-                                 message=f"not continued: the {b} branch, followed {d}, "
-                                         f"collapsed at α = {lost[d]:.6g}")
+                return ERMResult(
+                    alpha=a,
+                    omega=p.omega,
+                    status="diverged",
+                    branch_init=b,
+                    params=p.to_dict(),
+                    metadata=dict(not_continued=True),
+                    message=f"not continued: the {b} branch, followed {d}, "
+                    f"collapsed at α = {lost[d]:.6g}",
+                )
             if init is not None and last:
                 # carry the accurate-minus-cheap shift along the branch (defect correction)
                 init = dict(init, **{k: last[-1].metadata.get(k) for k in WARM_EXTRAS})
@@ -980,8 +1210,14 @@ def curve(alphas, params=None, branches=("semantic", "positional"), *,
                 lost[d] = a
             return r
 
-        res = _sweep(solve, alphas, None, directions=sweeps_of(b), progress=bar,
-                     accept=lambda r, b=b: r.converged and r.branch == b)
+        res = _sweep(
+            solve,
+            alphas,
+            None,
+            directions=sweeps_of(b),
+            progress=bar,
+            accept=lambda r, b=b: r.converged and r.branch == b,
+        )
         for d in sweeps_of(b):
             for r in res[d]:
                 r.metadata["sweep"] = d
@@ -1017,10 +1253,18 @@ class TransitionResult(Result):
     alpha_l_branch: str = ""
 
 
-def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool = False,
-               hint: float | None = None, hint_l: float | None = None,
-               seeds: dict | None = None, step: float = 1.25,
-               **fp_kwargs) -> TransitionResult:
+def transition(
+    params=None,
+    *,
+    alphas=None,
+    xtol: float = 1e-4,
+    progress: bool = False,
+    hint: float | None = None,
+    hint_l: float | None = None,
+    seeds: dict | None = None,
+    step: float = 1.25,
+    **fp_kwargs,
+) -> TransitionResult:
     """α_c(ω) and α_l(ω) (spec §4-5).
 
     Δε_t(α) = ε_t(semantic) - ε_t(positional) (> 0 below α_c) is bracketed, then its root is
@@ -1041,8 +1285,9 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
 
     p = as_params(params)
     if "rule" not in fp_kwargs:
-        fp_kwargs["rule"] = make_rule(fp_kwargs.pop("method", "split"),
-                                      fp_kwargs.pop("nodes", None))
+        fp_kwargs["rule"] = make_rule(
+            fp_kwargs.pop("method", "split"), fp_kwargs.pop("nodes", None)
+        )
     solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
     bar = None
     if progress:
@@ -1100,8 +1345,12 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
     out = dict(omega=p.omega, eps_g_lin=eps_lin)
     if rc.status == "converged":
         rs, rp = solve_at(alpha_c, "semantic"), solve_at(alpha_c, "positional")
-        out.update(alpha_c=alpha_c, eps_g_sem_at_alpha_c=rs.eps_g, eps_g_pos_at_alpha_c=rp.eps_g,
-                   eps_t_at_alpha_c=0.5 * (rs.eps_t + rp.eps_t))
+        out.update(
+            alpha_c=alpha_c,
+            eps_g_sem_at_alpha_c=rs.eps_g,
+            eps_g_pos_at_alpha_c=rp.eps_g,
+            eps_t_at_alpha_c=0.5 * (rs.eps_t + rp.eps_t),
+        )
     else:
         msgs.append(f"alpha_c: {rc.message or rc.status}")
     alpha_l, l_branch = math.nan, ""
@@ -1134,17 +1383,41 @@ def transition(params=None, *, alphas=None, xtol: float = 1e-4, progress: bool =
     status = "converged" if math.isfinite(alpha_c) and math.isfinite(alpha_l) else "max_iter"
     rule = fp_kwargs["rule"]
     n_solved = sum(len(v) for v in solved.values())
-    seeds_out = {b: {k: getattr(solve_at(alpha_c, b), k) for k in ("q", "m", "theta", "V")}
-                 for b in ("semantic", "positional")} if math.isfinite(alpha_c) else None
-    return TransitionResult(alpha_l=alpha_l, alpha_l_branch=l_branch, status=status,
-                            message="; ".join(msgs), params=p.to_dict(),
-                            metadata=dict(rule.describe(), grid=[float(x) for x in grid],
-                                          dE_evaluations=rc.values, solved=n_solved,
-                                          seeds_at_alpha_c=seeds_out), **out)
+    seeds_out = (
+        {
+            b: {k: getattr(solve_at(alpha_c, b), k) for k in ("q", "m", "theta", "V")}
+            for b in ("semantic", "positional")
+        }
+        if math.isfinite(alpha_c)
+        else None
+    )
+    return TransitionResult(
+        alpha_l=alpha_l,
+        alpha_l_branch=l_branch,
+        status=status,
+        message="; ".join(msgs),
+        params=p.to_dict(),
+        metadata=dict(
+            rule.describe(),
+            grid=[float(x) for x in grid],
+            dE_evaluations=rc.values,
+            solved=n_solved,
+            seeds_at_alpha_c=seeds_out,
+        ),
+        **out,
+    )
 
 
-def _bracket(f, a0: float, *, sign_below: float, start_value: float | None = None,
-             step: float = 1.25, lo: float = 0.02, hi: float = 50.0) -> list[float]:
+def _bracket(
+    f,
+    a0: float,
+    *,
+    sign_below: float,
+    start_value: float | None = None,
+    step: float = 1.25,
+    lo: float = 0.02,
+    hi: float = 50.0,
+) -> list[float]:
     """Points of a geometric walk from ``a0`` towards the sign change of ``f`` (``f`` has the
     sign ``sign_below`` below the root), ending with the first pair that brackets it (or at the
     edge of [lo, hi], or where ``f`` stops being finite).  The factor starts at ``step`` and
@@ -1197,8 +1470,7 @@ def _eps_g_minus(r, b, eps_lin):
     return r.eps_g - eps_lin
 
 
-def phase_diagram(omegas, params=None, *, progress: bool = False, on_row=None,
-                  **kw) -> list[dict]:
+def phase_diagram(omegas, params=None, *, progress: bool = False, on_row=None, **kw) -> list[dict]:
     """α_c(ω) and α_l(ω) for each ω: rows with omega, alpha_c, alpha_l, eps_g_lin, status.
 
     Without an explicit ``alphas`` grid each ω starts its bracket at the previous ω's α_c with
@@ -1223,13 +1495,22 @@ def phase_diagram(omegas, params=None, *, progress: bool = False, on_row=None,
             if math.isfinite(l1) and math.isfinite(l2):
                 hint_l = math.exp(math.log(l2) + t_ * (math.log(l2) - math.log(l1)))
             step = 1.04
-        t = transition(p.replace(omega=float(w)), hint=hint, hint_l=hint_l, seeds=seeds,
-                       step=step, **kw)
+        t = transition(
+            p.replace(omega=float(w)), hint=hint, hint_l=hint_l, seeds=seeds, step=step, **kw
+        )
         if math.isfinite(t.alpha_c):
             done.append((float(w), t.alpha_c, t.alpha_l))
-        rows.append(dict(omega=float(w), alpha_c=t.alpha_c, alpha_l=t.alpha_l,
-                         eps_g_lin=t.eps_g_lin, alpha_l_branch=t.alpha_l_branch,
-                         status=t.status, message=t.message))
+        rows.append(
+            dict(
+                omega=float(w),
+                alpha_c=t.alpha_c,
+                alpha_l=t.alpha_l,
+                eps_g_lin=t.eps_g_lin,
+                alpha_l_branch=t.alpha_l_branch,
+                status=t.status,
+                message=t.message,
+            )
+        )
         if math.isfinite(t.alpha_c):
             hint, seeds = t.alpha_c, t.metadata.get("seeds_at_alpha_c")
         if on_row is not None:

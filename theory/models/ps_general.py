@@ -179,13 +179,15 @@ class GeneralParams:
         for name in ("L", "r", "r_t"):
             v = getattr(self, name)
             if int(v) != v or v < (2 if name == "L" else 1):
-                raise ValueError(f"{name} must be an integer >= {2 if name == 'L' else 1}, "
-                                 f"got {v!r}")
+                raise ValueError(
+                    f"{name} must be an integer >= {2 if name == 'L' else 1}, got {v!r}"
+                )
             object.__setattr__(self, name, int(v))
         L = self.L
         object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
-        object.__setattr__(self, "lam", check_positive("lam (the ridge strength)", self.lam,
-                                                       strict=False))
+        object.__setattr__(
+            self, "lam", check_positive("lam (the ridge strength)", self.lam, strict=False)
+        )
         object.__setattr__(self, "omega", check_unit_interval("omega", self.omega))
         A = default_A(L) if self.A is None else check_row_stochastic("A", self.A)
         if A.shape != (L, L):
@@ -194,10 +196,15 @@ class GeneralParams:
         if not np.allclose(G, G.T, atol=1e-12):
             raise ValueError("G (the Gram matrix of the encodings) must be symmetric")
         if np.linalg.eigvalsh(G).min() < -1e-10:
-            raise ValueError("G (the Gram matrix of the encodings) must be positive "
-                             "semi-definite: give G[l, l'] = p_l . p_l' for actual encodings")
-        rho = self.sigma**2 * np.eye(self.r_t) if self.rho is None else \
-            _as_matrix("rho", self.rho, (self.r_t, self.r_t))
+            raise ValueError(
+                "G (the Gram matrix of the encodings) must be positive "
+                "semi-definite: give G[l, l'] = p_l . p_l' for actual encodings"
+            )
+        rho = (
+            self.sigma**2 * np.eye(self.r_t)
+            if self.rho is None
+            else _as_matrix("rho", self.rho, (self.r_t, self.r_t))
+        )
         if not np.allclose(rho, rho.T, atol=1e-12) or np.linalg.eigvalsh(rho).min() <= 0:
             raise ValueError("rho (the teacher norm matrix) must be symmetric positive definite")
         tup = lambda M: tuple(tuple(float(x) for x in row) for row in M)  # noqa: E731
@@ -234,9 +241,17 @@ class GeneralParams:
         return GeneralParams(**d)
 
     def to_dict(self) -> dict:
-        return dict(L=self.L, r=self.r, r_t=self.r_t, sigma=self.sigma, lam=self.lam,
-                    omega=self.omega, A=[list(x) for x in self.A], G=[list(x) for x in self.G],
-                    rho=[list(x) for x in self.rho])
+        return dict(
+            L=self.L,
+            r=self.r,
+            r_t=self.r_t,
+            sigma=self.sigma,
+            lam=self.lam,
+            omega=self.omega,
+            A=[list(x) for x in self.A],
+            G=[list(x) for x in self.G],
+            rho=[list(x) for x in self.rho],
+        )
 
 
 def as_params(params=None, **overrides) -> GeneralParams:
@@ -632,8 +647,7 @@ def prox_reference(w, hs, V, params, *, n_random: int = 16, rng=0):
             x = xf.reshape(L, r)
             lv, lg = loss_grad_reference(x[None], Ti[None], p.s2)
             D = x - wi
-            return (lv[0] + 0.5 * np.einsum("ia,ab,ib->", D, Vinv, D),
-                    (lg[0] + D @ Vinv).ravel())
+            return (lv[0] + 0.5 * np.einsum("ia,ab,ib->", D, Vinv, D), (lg[0] + D @ Vinv).ravel())
 
         starts = []
         for k in range(1, N_STARTS_FIXED + L):
@@ -673,7 +687,7 @@ class Nodes:
         return self.xi.shape[1]
 
     def subset(self, k: int) -> Nodes:
-        return Nodes(self.xi[k:k + 1], self.eta[k:k + 1], self.method)
+        return Nodes(self.xi[k : k + 1], self.eta[k : k + 1], self.method)
 
     def describe(self) -> dict:
         return dict(method=self.method, n=self.n, n_rep=self.n_rep)
@@ -687,8 +701,7 @@ def make_nodes(params, n: int = 2**13, n_rep: int = 4, method: str = "qmc", rng=
     p = as_params(params)
     n, n_rep = int(n), int(n_rep)
     if n < 2 or n_rep < 1:
-        raise ValueError(f"need n >= 2 points and n_rep >= 1 replicates, got n={n}, "
-                         f"n_rep={n_rep}")
+        raise ValueError(f"need n >= 2 points and n_rep >= 1 replicates, got n={n}, n_rep={n_rep}")
     gen = as_rng(rng)
     dim = p.dim
     if method == "qmc":
@@ -768,13 +781,18 @@ def channel(o: dict, params, nodes: Nodes, *, warm=None) -> dict:
         M=val.reshape(R, N).mean(axis=1),
         eps_g=eg.mean(axis=1),
         bad=1.0 - ok.reshape(R, N).mean(axis=1),
-        x=x.reshape(R, N, p.L, p.r), sqi=sqi, c=c,
+        x=x.reshape(R, N, p.L, p.r),
+        sqi=sqi,
+        c=c,
     )
 
 
 def _pooled(ch: dict) -> dict:
-    out = {k: v.mean(axis=0) for k, v in ch.items()
-           if k in ("gg", "g", "geta", "gxi", "M", "eps_g", "bad")}
+    out = {
+        k: v.mean(axis=0)
+        for k, v in ch.items()
+        if k in ("gg", "g", "geta", "gxi", "M", "eps_g", "bad")
+    }
     out.update(sqi=ch["sqi"], c=ch["c"])
     return out
 
@@ -795,16 +813,18 @@ def overlaps_from_hats(h: dict, params) -> dict:
     p = as_params(params)
     D = p.lam * np.eye(p.r) + p.s2 * h["Vhat"]
     if np.linalg.eigvalsh(D).min() <= 0:
-        raise FloatingPointError("lambda I + sigma^2 Vhat is not positive definite: the ridge "
-                                 "step is unstable")
+        raise FloatingPointError(
+            "lambda I + sigma^2 Vhat is not positive definite: the ridge step is unstable"
+        )
     K = np.linalg.inv(D)
     K = 0.5 * (K + K.T)
     G = p.G_array
     Gm = G @ h["mhat"]  # (L, r): Σ_ℓ' G_ℓℓ' m̂_ℓ'
     B = p.s2 * h["qhat"] + h["mhat"].T @ Gm + p.s2 * h["thetahat"] @ p.rho_array @ h["thetahat"].T
     q = p.s2 * K @ B @ K
-    return dict(q=0.5 * (q + q.T), m=Gm @ K, theta=p.s2 * K @ h["thetahat"] @ p.rho_array,
-                V=p.s2 * K)
+    return dict(
+        q=0.5 * (q + q.T), m=Gm @ K, theta=p.s2 * K @ h["thetahat"] @ p.rho_array, V=p.s2 * K
+    )
 
 
 def free_energy(alpha, o: dict, h: dict, EM: float, params) -> float:
@@ -812,11 +832,19 @@ def free_energy(alpha, o: dict, h: dict, EM: float, params) -> float:
     p = as_params(params)
     K = np.linalg.inv(p.lam * np.eye(p.r) + p.s2 * h["Vhat"])
     G = p.G_array
-    B = p.s2 * h["qhat"] + h["mhat"].T @ G @ h["mhat"] \
+    B = (
+        p.s2 * h["qhat"]
+        + h["mhat"].T @ G @ h["mhat"]
         + p.s2 * h["thetahat"] @ p.rho_array @ h["thetahat"].T
-    return float(0.5 * np.trace(h["Vhat"] @ o["q"]) - 0.5 * np.trace(h["qhat"] @ o["V"])
-                 - (o["m"] * h["mhat"]).sum() - (o["theta"] * h["thetahat"]).sum()
-                 + 0.5 * np.trace(B @ K) - alpha * EM)
+    )
+    return float(
+        0.5 * np.trace(h["Vhat"] @ o["q"])
+        - 0.5 * np.trace(h["qhat"] @ o["V"])
+        - (o["m"] * h["mhat"]).sum()
+        - (o["theta"] * h["thetahat"]).sum()
+        + 0.5 * np.trace(B @ K)
+        - alpha * EM
+    )
 
 
 def default_init(branch: str, params) -> dict:
@@ -854,8 +882,12 @@ def label_branch(m, theta, params) -> str:
     p = as_params(params)
     has_m = np.abs(m).max() > LABEL_TOL
     has_t = np.abs(theta).max() / p.s2 > LABEL_TOL
-    return {(True, False): "semantic", (False, True): "positional",
-            (False, False): "trivial", (True, True): "mixed"}[(has_t, has_m)]
+    return {
+        (True, False): "semantic",
+        (False, True): "positional",
+        (False, False): "trivial",
+        (True, True): "mixed",
+    }[(has_t, has_m)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -902,10 +934,13 @@ class GeneralERMResult(Result):
     def invariants(self) -> dict:
         """Rotation-invariant summaries (Q → Q O): eigenvalues of q, singular values of θ,
         eigenvalues of mᵀm (r×r); plus eps_t, eps_g."""
-        return dict(q_eig=np.linalg.eigvalsh(self.q).tolist(),
-                    theta_sv=np.linalg.svd(self.theta, compute_uv=False).tolist(),
-                    mm_eig=np.linalg.eigvalsh(self.m.T @ self.m).tolist(),
-                    eps_t=self.eps_t, eps_g=self.eps_g)
+        return dict(
+            q_eig=np.linalg.eigvalsh(self.q).tolist(),
+            theta_sv=np.linalg.svd(self.theta, compute_uv=False).tolist(),
+            mm_eig=np.linalg.eigvalsh(self.m.T @ self.m).tolist(),
+            eps_t=self.eps_t,
+            eps_g=self.eps_g,
+        )
 
 
 def _enforce(branch, o):
@@ -918,9 +953,12 @@ def _enforce(branch, o):
 
 def _invariants(o):
     """Rotation invariants used by the r > 1 convergence test, one vector per order parameter."""
-    return dict(q=np.linalg.eigvalsh(o["q"]), V=np.linalg.eigvalsh(o["V"]),
-                theta=np.linalg.svd(o["theta"], compute_uv=False),
-                m=np.linalg.eigvalsh(o["m"].T @ o["m"]))
+    return dict(
+        q=np.linalg.eigvalsh(o["q"]),
+        V=np.linalg.eigvalsh(o["V"]),
+        theta=np.linalg.svd(o["theta"], compute_uv=False),
+        m=np.linalg.eigvalsh(o["m"].T @ o["m"]),
+    )
 
 
 def _residual(x, Fx, keys, atol=1e-10):
@@ -930,8 +968,7 @@ def _residual(x, Fx, keys, atol=1e-10):
     physical."""
     if x["q"].shape[0] > 1:
         x, Fx = _invariants(x), _invariants(Fx)
-    return max(float(np.linalg.norm(Fx[k] - x[k]) / max(np.linalg.norm(Fx[k]), atol))
-               for k in keys)
+    return max(float(np.linalg.norm(Fx[k] - x[k]) / max(np.linalg.norm(Fx[k]), atol)) for k in keys)
 
 
 def _flat(d, keys, scale):
@@ -942,7 +979,7 @@ def _unflat(v, keys, scale, like):
     out, i = dict(like), 0
     for k in keys:
         n = like[k].size
-        out[k] = v[i:i + n].reshape(like[k].shape) * scale[k]
+        out[k] = v[i : i + n].reshape(like[k].shape) * scale[k]
         i += n
     return out
 
@@ -972,13 +1009,28 @@ def _collapsed(branch, Fx, p, trace):
     trace.append(v)
     last = trace[-16:]
     if len(last) == 16 and v < COLLAPSE and all(b < a for a, b in zip(last, last[1:])):
-        return (f"the {branch} branch collapsed onto the trivial one (order parameter {v:.2e} "
-                f"< {COLLAPSE:g}, decreasing for 15 iterations)")
+        return (
+            f"the {branch} branch collapsed onto the trivial one (order parameter {v:.2e} "
+            f"< {COLLAPSE:g}, decreasing for 15 iterations)"
+        )
     return None
 
 
-def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, history=None,
-             accel="anderson", depth=4):
+def _iterate(
+    alpha,
+    p,
+    branch,
+    x0,
+    nodes,
+    *,
+    mixing,
+    tol,
+    max_iter,
+    warm=None,
+    history=None,
+    accel="anderson",
+    depth=4,
+):
     """Damped iteration x ← (1-mixing) x + mixing F(x) on the frozen nodes, with Anderson
     acceleration (type II, ``depth`` past residuals, variables scaled per order parameter) once
     the residual is below 0.05; an accelerated step that leaves q or V non positive definite or
@@ -986,8 +1038,11 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
     step, and the history is cleared when the residual grows tenfold
     over the best one.  Returns
     (status, message, x, Fx, hats, channel, iterations, residual, guard_hits, warm)."""
-    keys = [k for k in KEYS if not (branch == "positional" and k == "theta")
-            and not (branch == "semantic" and k == "m")]
+    keys = [
+        k
+        for k in KEYS
+        if not (branch == "positional" and k == "theta") and not (branch == "semantic" and k == "m")
+    ]
     x = {k: np.array(v, float) for k, v in x0.items()}
     last_good = None
     res, it, guard = math.inf, 0, 0
@@ -1010,8 +1065,18 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
             finite, msg = False, f"map failed: {exc}"
         if not finite:
             if last_good is None or mixing / 2 < 1e-3:
-                return ("nan", msg or "non-finite iterate", x, None, None, None, it, math.nan,
-                        guard, warm)
+                return (
+                    "nan",
+                    msg or "non-finite iterate",
+                    x,
+                    None,
+                    None,
+                    None,
+                    it,
+                    math.nan,
+                    guard,
+                    warm,
+                )
             mixing /= 2
             x = dict(last_good)
             X_hist.clear()
@@ -1021,8 +1086,14 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
         warm = ch_r["x"]
         res = _residual(x, Fx, keys)
         if history is not None:
-            history.append(dict(iteration=it, residual=res, mixing=mixing,
-                                **{k: np.array(x[k]).tolist() for k in KEYS}))
+            history.append(
+                dict(
+                    iteration=it,
+                    residual=res,
+                    mixing=mixing,
+                    **{k: np.array(x[k]).tolist() for k in KEYS},
+                )
+            )
         if res < tol:
             status, msg = "converged", ""
             break
@@ -1053,7 +1124,7 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
         xf, ff = _flat(x, keys, scale), _flat(Fx, keys, scale) - _flat(x, keys, scale)
         X_hist.append(xf)
         F_hist.append(ff)
-        del X_hist[:-depth - 1], F_hist[:-depth - 1]
+        del X_hist[: -depth - 1], F_hist[: -depth - 1]
         x = damped
         if len(X_hist) >= 2:
             dX = np.diff(np.array(X_hist), axis=0).T
@@ -1061,18 +1132,34 @@ def _iterate(alpha, p, branch, x0, nodes, *, mixing, tol, max_iter, warm=None, h
             gam = np.linalg.lstsq(dF, ff, rcond=None)[0]
             xn = xf + mixing * ff - (dX + mixing * dF) @ gam
             cand = _unflat(xn, keys, scale, damped)
-            small = all(np.linalg.norm(cand[k] - x_prev[k])
-                        <= MAX_STEP * max(np.linalg.norm(x_prev[k]), 1e-3) for k in keys)
+            small = all(
+                np.linalg.norm(cand[k] - x_prev[k])
+                <= MAX_STEP * max(np.linalg.norm(x_prev[k]), 1e-3)
+                for k in keys
+            )
             if np.all(np.isfinite(xn)) and small and _pd(cand):
                 x = cand
     return status, msg, x, Fx, h, ch, it, res, guard, warm
 
 
-def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None = None, *,
-                mixing: float = 0.2, tol: float = 1e-6, max_iter: int = 300,
-                n: int = 2**13, n_rep: int = 4, method: str = "qmc", rng=0,
-                nodes: Nodes | None = None, error: bool = True, accel: str = "anderson",
-                keep_history: bool = False) -> GeneralERMResult:
+def fixed_point(
+    alpha,
+    params=None,
+    branch: str = "semantic",
+    init: dict | None = None,
+    *,
+    mixing: float = 0.2,
+    tol: float = 1e-6,
+    max_iter: int = 300,
+    n: int = 2**13,
+    n_rep: int = 4,
+    method: str = "qmc",
+    rng=0,
+    nodes: Nodes | None = None,
+    error: bool = True,
+    accel: str = "anderson",
+    keep_history: bool = False,
+) -> GeneralERMResult:
     """Solve the generalised state equations (module docstring) on one branch.
 
     ``branch``: "semantic" (m ≡ 0, exact invariant), "positional" (θ ≡ 0, exact invariant) or
@@ -1119,14 +1206,31 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             raise ValueError(f"the initial {k} must be positive definite")
     hist = [] if keep_history else None
     status, msg, x, Fx, h, ch, its, res, guard, warm = _iterate(
-        alpha, p, branch, x0, nodes, mixing=mixing, tol=tol, max_iter=max_iter, history=hist,
-        accel=accel)
+        alpha,
+        p,
+        branch,
+        x0,
+        nodes,
+        mixing=mixing,
+        tol=tol,
+        max_iter=max_iter,
+        history=hist,
+        accel=accel,
+    )
     meta = dict(nodes.describe(), tol=tol, guard_hits=int(guard), mixing=mixing)
-    common = dict(alpha=alpha, omega=p.omega, branch_init=branch, iterations=its,
-                  params=p.to_dict(), metadata=meta, history=hist)
+    common = dict(
+        alpha=alpha,
+        omega=p.omega,
+        branch_init=branch,
+        iterations=its,
+        params=p.to_dict(),
+        metadata=meta,
+        history=hist,
+    )
     if Fx is None:
-        return GeneralERMResult(status=status if status != "converged" else "nan",
-                                message=msg, **common)
+        return GeneralERMResult(
+            status=status if status != "converged" else "nan", message=msg, **common
+        )
     # everything evaluated at the final undamped iterate Fx (self-consistent to tol)
     try:
         fin, eps_t, eps_g, hh, chf = _evaluate(alpha, p, branch, Fx, nodes, warm)
@@ -1142,18 +1246,35 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             # iterate can creep along the O(r) orbit, so a re-solve that stops at max_iter with
             # a residual < ERR_RESIDUAL is kept (its residual is recorded in the metadata)
             st, _, xk, Fk, _, _, _, rk, _, wk = _iterate(
-                alpha, p, branch, fin, sub, mixing=mixing, tol=max(tol, 1e-4),
-                max_iter=max_iter, warm=warm[k:k + 1], accel=accel)
+                alpha,
+                p,
+                branch,
+                fin,
+                sub,
+                mixing=mixing,
+                tol=max(tol, 1e-4),
+                max_iter=max_iter,
+                warm=warm[k : k + 1],
+                accel=accel,
+            )
             if st == "max_iter" and accel == "anderson":
                 # Anderson can cycle on the rough single-scrambling map: finish damped
                 st, _, _, Fk2, _, _, _, rk2, _, wk2 = _iterate(
-                    alpha, p, branch, xk, sub, mixing=mixing / 2, tol=max(tol, 1e-4),
-                    max_iter=max_iter, warm=wk, accel="none")
+                    alpha,
+                    p,
+                    branch,
+                    xk,
+                    sub,
+                    mixing=mixing / 2,
+                    tol=max(tol, 1e-4),
+                    max_iter=max_iter,
+                    warm=wk,
+                    accel="none",
+                )
                 if Fk2 is not None and rk2 < rk:
                     Fk, rk, wk = Fk2, rk2, wk2
             meta.setdefault("error_resolve_residuals", []).append(float(rk))
-            if Fk is None or not (st == "converged" or (st == "max_iter"
-                                                         and rk < ERR_RESIDUAL)):
+            if Fk is None or not (st == "converged" or (st == "max_iter" and rk < ERR_RESIDUAL)):
                 reps = None
                 meta["error_message"] = f"scrambling {k} alone: {st}"
                 break
@@ -1167,17 +1288,38 @@ def fixed_point(alpha, params=None, branch: str = "semantic", init: dict | None 
             meta["rep_eps_t"] = [r_["eps_t"] for r_ in reps]
             # rotation-invariant summaries per scrambling (r > 1: matrix entries drift along
             # the O(r) orbit, their spread is not an error bar; these are)
-            inv = np.array([np.concatenate([np.linalg.eigvalsh(r_["q"]),
-                                            np.linalg.svd(r_["theta"], compute_uv=False),
-                                            np.linalg.eigvalsh(r_["m"].T @ r_["m"])])
-                            for r_ in reps])
+            inv = np.array(
+                [
+                    np.concatenate(
+                        [
+                            np.linalg.eigvalsh(r_["q"]),
+                            np.linalg.svd(r_["theta"], compute_uv=False),
+                            np.linalg.eigvalsh(r_["m"].T @ r_["m"]),
+                        ]
+                    )
+                    for r_ in reps
+                ]
+            )
             meta["invariants_err"] = (inv.std(axis=0, ddof=1) / math.sqrt(R)).tolist()
             meta["invariants_order"] = "q eigenvalues, theta singular values, eig(m^T m)"
     return GeneralERMResult(
-        q=fin["q"], m=fin["m"], theta=fin["theta"], V=fin["V"], qhat=hh["qhat"],
-        mhat=hh["mhat"], thetahat=hh["thetahat"], Vhat=hh["Vhat"], eps_t=eps_t, eps_g=eps_g,
-        err=err, branch=label_branch(fin["m"], fin["theta"], p), status=status, message=msg,
-        residual=res, **common)
+        q=fin["q"],
+        m=fin["m"],
+        theta=fin["theta"],
+        V=fin["V"],
+        qhat=hh["qhat"],
+        mhat=hh["mhat"],
+        thetahat=hh["thetahat"],
+        Vhat=hh["Vhat"],
+        eps_t=eps_t,
+        eps_g=eps_g,
+        err=err,
+        branch=label_branch(fin["m"], fin["theta"], p),
+        status=status,
+        message=msg,
+        residual=res,
+        **common,
+    )
 
 
 def _evaluate(alpha, p, branch, o, nodes, warm):
@@ -1238,10 +1380,22 @@ def _fixed_m_map(alpha, p, m, q, V, nodes):
     return p.s2 * B / D**2, p.s2 / D, hc, ch, grad[:, 0]
 
 
-def fixed_m_point(alpha, m, params=None, *, q0: float = 0.1, V0: float = 10.0,
-                  tol: float = 1e-8, max_iter: int = 60, n: int = 2**12, n_rep: int = 2,
-                  method: str = "qmc", rng=0, nodes: Nodes | None = None,
-                  error: bool = True) -> FixedMResult:
+def fixed_m_point(
+    alpha,
+    m,
+    params=None,
+    *,
+    q0: float = 0.1,
+    V0: float = 10.0,
+    tol: float = 1e-8,
+    max_iter: int = 60,
+    n: int = 2**12,
+    n_rep: int = 2,
+    method: str = "qmc",
+    rng=0,
+    nodes: Nodes | None = None,
+    error: bool = True,
+) -> FixedMResult:
     """RS training loss ε_t(m) of the minimiser restricted to a fixed positional overlap m
     (θ = 0; r = 1).  Its stationary points in m are the fixed points of the positional
     (θ ≡ 0) branch; its profile tells whether such a point exists where the damped iteration
@@ -1260,8 +1414,10 @@ def fixed_m_point(alpha, m, params=None, *, q0: float = 0.1, V0: float = 10.0,
         raise ValueError(f"m must have L = {p.L} entries, got {m.size}")
     G = p.G_array
     if np.linalg.norm(G @ np.linalg.pinv(G) @ m - m) > 1e-10 * (1 + np.linalg.norm(m)):
-        raise ValueError("m must lie in the range of the encodings' Gram matrix G (for simplex "
-                         "encodings: entries summing to zero)")
+        raise ValueError(
+            "m must lie in the range of the encodings' Gram matrix G (for simplex "
+            "encodings: entries summing to zero)"
+        )
     check_positive("q0", q0)
     check_positive("V0", V0)
     if nodes is None:
@@ -1293,11 +1449,21 @@ def fixed_m_point(alpha, m, params=None, *, q0: float = 0.1, V0: float = 10.0,
     def evaluate(nd, x):
         qn, Vn, h, ch, grad = _fixed_m_map(alpha, p, m2, math.exp(x[0]), math.exp(x[1]), nd)
         o = dict(q=np.array([[qn]]), m=m2, theta=np.zeros((1, p.r_t)), V=np.array([[Vn]]))
-        return dict(q=qn, V=Vn, eps_t=-free_energy(alpha, o, h, float(ch["M"]), p),
-                    eps_g=float(ch["eps_g"]), grad_m=grad)
+        return dict(
+            q=qn,
+            V=Vn,
+            eps_t=-free_energy(alpha, o, h, float(ch["M"]), p),
+            eps_g=float(ch["eps_g"]),
+            grad_m=grad,
+        )
 
-    common = dict(alpha=alpha, omega=p.omega, m=m, params=p.to_dict(),
-                  metadata=dict(nodes.describe(), tol=tol, method_solve="newton (log q, log V)"))
+    common = dict(
+        alpha=alpha,
+        omega=p.omega,
+        m=m,
+        params=p.to_dict(),
+        metadata=dict(nodes.describe(), tol=tol, method_solve="newton (log q, log V)"),
+    )
     try:
         x, res, its = solve(nodes, np.log([q0, V0]))
         out = evaluate(nodes, x)
@@ -1319,9 +1485,15 @@ def fixed_m_point(alpha, m, params=None, *, q0: float = 0.1, V0: float = 10.0,
                 err[key] = arr.std(axis=0, ddof=1) / math.sqrt(len(reps))
             # per-scrambling values: profiles on the same nodes can be compared pairwise
             common["metadata"]["rep_eps_t"] = [float(r_["eps_t"]) for r_ in reps]
-    return FixedMResult(status=status, message="" if status == "converged" else
-                        f"Newton residual {res:.2e} after {its} steps", iterations=its,
-                        residual=res, err=err, **out, **common)
+    return FixedMResult(
+        status=status,
+        message="" if status == "converged" else f"Newton residual {res:.2e} after {its} steps",
+        iterations=its,
+        residual=res,
+        err=err,
+        **out,
+        **common,
+    )
 
 
 # --------------------------------------------------------------------------- RS stability

@@ -187,8 +187,9 @@ class _ScalarTarget:
             self.a2_exact = _poly_hermite(sp.expand(self.expr**2), syms)
             self.a1 = {k: float(v) for k, v in self.a1_exact.items()}
             self.a2 = {k: float(v) for k, v in self.a2_exact.items()}
-            self.degree = int(sp.Poly(self.expr, *syms).total_degree()) if self.expr.free_symbols \
-                else 0
+            self.degree = (
+                int(sp.Poly(self.expr, *syms).total_degree()) if self.expr.free_symbols else 0
+            )
 
     def __repr__(self):
         return f"target {self.expr} (L = {self.L})"
@@ -199,8 +200,9 @@ class _ScalarTarget:
     def dg(self, xi):
         with np.errstate(all="ignore"):
             out = self._dg(*[xi[:, i] for i in range(self.L)])
-        return np.stack([np.broadcast_to(np.asarray(o, float), (len(xi),)) for o in out],
-                        axis=1)[:, :, None]
+        return np.stack([np.broadcast_to(np.asarray(o, float), (len(xi),)) for o in out], axis=1)[
+            :, :, None
+        ]
 
 
 def _poly_hermite(expr, syms) -> dict:
@@ -209,8 +211,9 @@ def _poly_hermite(expr, syms) -> dict:
 
     if not expr.free_symbols & set(syms):
         return {(0,) * len(syms): sp.nsimplify(expr)}
-    store = hermite.hermite_coefficients(hermite.parse_target(expr, len(syms)),
-                                         int(sp.Poly(expr, *syms).total_degree()))
+    store = hermite.hermite_coefficients(
+        hermite.parse_target(expr, len(syms)), int(sp.Poly(expr, *syms).total_degree())
+    )
     return {a: v for a, v in store.exact.items() if v != 0}
 
 
@@ -236,8 +239,9 @@ def _pe_basis(pe, L: int) -> np.ndarray:
             return np.array([[1.0], [-1.0]])
         if pe == "orthonormal":
             return np.eye(L)
-        raise ValueError("pe must be 'none', 'opposite', 'orthonormal' or a Gram matrix; "
-                         f"got {pe!r}")
+        raise ValueError(
+            f"pe must be 'none', 'opposite', 'orthonormal' or a Gram matrix; got {pe!r}"
+        )
     G = np.asarray(pe, dtype=float)
     if G.shape != (L, L) or not np.allclose(G, G.T):
         raise ValueError(f"the positional Gram matrix must be symmetric {L}x{L}")
@@ -265,24 +269,33 @@ class _Model:
         self.r = B.shape[1]
         self.G = B @ B.T
         poly = isinstance(self.target, _ScalarTarget) and self.target.is_polynomial
-        ps_ok = (isinstance(self.target, PositionalSemanticTarget) and self.L == 2
-                 and getattr(self, "reduction", None) == "identity" and self.r <= 1
-                 and (self.r == 0 or np.allclose(np.abs(B[:, 0]), 1.0) and B[0, 0] == -B[1, 0]))
+        ps_ok = (
+            isinstance(self.target, PositionalSemanticTarget)
+            and self.L == 2
+            and getattr(self, "reduction", None) == "identity"
+            and self.r <= 1
+            and (self.r == 0 or np.allclose(np.abs(B[:, 0]), 1.0) and B[0, 0] == -B[1, 0])
+        )
         if engine == "auto":
             engine = "hermite" if poly and self.k == 1 else ("ps" if ps_ok else "quad")
         if engine not in ("hermite", "quad", "ps"):
             raise ValueError("engine must be 'auto', 'hermite', 'ps' or 'quad'")
         if engine == "ps" and not ps_ok:
-            raise ValueError("engine='ps' is the spec-6 model: positional-semantic target, L = 2, "
-                             "identity reduction, pe 'none' or 'opposite'")
+            raise ValueError(
+                "engine='ps' is the spec-6 model: positional-semantic target, L = 2, "
+                "identity reduction, pe 'none' or 'opposite'"
+            )
         if engine == "hermite" and not (poly and self.k == 1):
-            raise ValueError("engine='hermite' needs a polynomial scalar target and a scalar "
-                             "student output; use engine='quad'")
+            raise ValueError(
+                "engine='hermite' needs a polynomial scalar target and a scalar "
+                "student output; use engine='quad'"
+            )
         if self.target.k != self.k:
             raise ValueError(
                 f"the target has {self.target.k} output(s) but the student has {self.k}: use a "
                 "scalar reduction (trace/projection) for a scalar target, or the positional-"
-                "semantic target with reduction='identity'")
+                "semantic target with reduction='identity'"
+            )
         self.engine = engine
         self.method = method
         self.n = n
@@ -333,8 +346,9 @@ class _Model:
         e = 0.5 * float(e_raw[0] - e_raw[1])
         m = float(np.mean(mv))
         R, Re, Rm, K = self._ps.fast_point(e, m, tg.omega, tg.A)
-        return dict(R=R, dRde=np.array([0.5, -0.5]) * Re, dRdm=np.full(2, 0.5 * Rm),
-                    K=np.full(2, 0.5 * K))
+        return dict(
+            R=R, dRde=np.array([0.5, -0.5]) * Re, dRdm=np.full(2, 0.5 * Rm), K=np.full(2, 0.5 * K)
+        )
 
     # ---- quad engine
     def _init_quad(self):
@@ -417,11 +431,19 @@ class _Model:
                 ff[j] = math.prod(math.perm(q, qb) for q, qb in zip(k, b)) if ok[j] else 0.0
             coef[b] = (ff, np.clip(K1 - bb, 0, None))
         plan = dict(
-            gam=gam, idx=idx, zero=zero, unit=unit, pairs=pairs, K1=K1,
-            a1=np.array([t.a1[k] for k in ks1]), a2=np.array([t.a2[k] for k in ks2]),
+            gam=gam,
+            idx=idx,
+            zero=zero,
+            unit=unit,
+            pairs=pairs,
+            K1=K1,
+            a1=np.array([t.a1[k] for k in ks1]),
+            a2=np.array([t.a2[k] for k in ks2]),
             K2=np.array(ks2, dtype=int).reshape(len(ks2), L),
             col1={r: np.array([idx[_add(k, r)] for k in ks1], dtype=int) for r in raises},
-            col2=np.array([idx[k] for k in ks2], dtype=int), coef=coef, egg=_egg_exact(t),
+            col2=np.array([idx[k] for k in ks2], dtype=int),
+            coef=coef,
+            egg=_egg_exact(t),
         )
         self._cache[key] = plan
         return plan
@@ -440,14 +462,17 @@ class _Model:
         m0 = mono(zero)
         f = M["f"]
         R = P["egg"] + M["f2"][idx[zero]] - 2 * float(np.sum(a1 * m0 * f[P["col1"][zero]]))
-        dRde = np.array([M["f2"][idx[unit[i]]] - 2 * np.sum(a1 * m0 * f[P["col1"][unit[i]]])
-                         for i in range(L)])
-        dRdm = np.array([-2 * np.sum(a1 * mono(unit[l]) * f[P["col1"][zero]])
-                         for l in range(L)])
+        dRde = np.array(
+            [M["f2"][idx[unit[i]]] - 2 * np.sum(a1 * m0 * f[P["col1"][unit[i]]]) for i in range(L)]
+        )
+        dRdm = np.array([-2 * np.sum(a1 * mono(unit[l]) * f[P["col1"][zero]]) for l in range(L)])
         pw2 = np.prod(mv[None, :] ** P["K2"], axis=1)
         c0 = P["col1"][zero]
-        K = 4 * (M["h"][:, P["col2"]] @ (P["a2"] * pw2) - 2 * (M["fh"][:, c0] @ (a1 * m0))
-                 + M["f2h"][:, idx[zero]])
+        K = 4 * (
+            M["h"][:, P["col2"]] @ (P["a2"] * pw2)
+            - 2 * (M["fh"][:, c0] @ (a1 * m0))
+            + M["f2h"][:, idx[zero]]
+        )
         out = dict(R=float(R), dRde=dRde, dRdm=dRdm, K=K)
         if hess:
             H = np.zeros((2 * L, 2 * L))  # raw (e_1..e_L, m_1..m_L)
@@ -488,7 +513,7 @@ class _Model:
         T = np.zeros((2 * L, self.r + nm))
         T[:L, : self.r] = self.B
         if self.untied:
-            T[L:, self.r:] = np.eye(L)
+            T[L:, self.r :] = np.eye(L)
         else:
             T[L:, self.r] = 1.0
         return T
@@ -561,8 +586,20 @@ class AttentionModel(_Model):
 
     kind = "attention"
 
-    def __init__(self, target, L: int = 2, pe="none", reduction="identity", trace_norm="sum",
-                 *, engine="auto", method="auto", n=None, n_student=None, rng=0):
+    def __init__(
+        self,
+        target,
+        L: int = 2,
+        pe="none",
+        reduction="identity",
+        trace_norm="sum",
+        *,
+        engine="auto",
+        method="auto",
+        n=None,
+        n_student=None,
+        rng=0,
+    ):
         L = int(L)
         if isinstance(reduction, str):
             red = reduction
@@ -586,8 +623,10 @@ class AttentionModel(_Model):
         self._setup(target, L, _pe_basis(pe, L), engine, method, n, rng)
 
     def __repr__(self):
-        return (f"AttentionModel({self.target!r}, L={self.L}, pe={self.pe!r}, "
-                f"reduction={self.reduction!r}, engine={self.engine!r})")
+        return (
+            f"AttentionModel({self.target!r}, L={self.L}, pe={self.pe!r}, "
+            f"reduction={self.reduction!r}, engine={self.engine!r})"
+        )
 
     def student(self, z):
         A, dA = attention_jac(z)
@@ -638,16 +677,24 @@ class AttentionModel(_Model):
             rows = []
             for xc in x:
                 M = self._direct_moments(self.B[:, 0] * xc, gammas)
-                rows.append(np.concatenate([M["f"], M["f2"], M["h"].ravel(), M["fh"].ravel(),
-                                            M["f2h"].ravel()]))
+                rows.append(
+                    np.concatenate(
+                        [M["f"], M["f2"], M["h"].ravel(), M["fh"].ravel(), M["f2h"].ravel()]
+                    )
+                )
             tab = C.chebfit(x, np.array(rows), STUDENT_CHEB - 1)
             self._cache[key] = tab
         v = C.chebval(c, tab)
         L, ng = self.L, len(gammas)
         sizes = [ng, ng, L * ng, L * ng, L * ng]
         parts = np.split(v, np.cumsum(sizes)[:-1])
-        return dict(f=parts[0], f2=parts[1], h=parts[2].reshape(L, ng),
-                    fh=parts[3].reshape(L, ng), f2h=parts[4].reshape(L, ng))
+        return dict(
+            f=parts[0],
+            f2=parts[1],
+            h=parts[2].reshape(L, ng),
+            fh=parts[3].reshape(L, ng),
+            f2h=parts[4].reshape(L, ng),
+        )
 
     def _direct_moments(self, e_raw, gammas):
         key = (tuple(np.round(e_raw, 15)), gammas)
@@ -665,8 +712,13 @@ class AttentionModel(_Model):
         F = np.column_stack([f, f**2, h, f[:, None] * h, (f**2)[:, None] * h])
         mom = np.einsum("nf,ng->fg", F, hk)  # (2 + 3L, n_gamma); einsum: no BLAS threads
         L = self.L
-        out = dict(f=mom[0], f2=mom[1], h=mom[2:2 + L], fh=mom[2 + L:2 + 2 * L],
-                   f2h=mom[2 + 2 * L:2 + 3 * L])
+        out = dict(
+            f=mom[0],
+            f2=mom[1],
+            h=mom[2 : 2 + L],
+            fh=mom[2 + L : 2 + 2 * L],
+            f2h=mom[2 + 2 * L : 2 + 3 * L],
+        )
         self._cache["mom"] = (key, out)
         return out
 
@@ -676,8 +728,9 @@ class TiedNetwork(_Model):
 
     kind = "tied"
 
-    def __init__(self, target, L: int = 1, activation="relu", *, engine="auto",
-                 method="auto", n=None, rng=0):
+    def __init__(
+        self, target, L: int = 1, activation="relu", *, engine="auto", method="auto", n=None, rng=0
+    ):
         self.activation = activation
         self.sigma, self.dsigma, self.kinks = _act(activation)
         self.k = 1
@@ -700,21 +753,30 @@ class TiedNetwork(_Model):
         if key in self._cache:
             return self._cache[key]
         s, ds = self.sigma, self.dsigma
-        funcs = [s, lambda u: s(u) ** 2, lambda u: ds(u) ** 2, lambda u: s(u) * ds(u) ** 2,
-                 lambda u: s(u) ** 2 * ds(u) ** 2]
+        funcs = [
+            s,
+            lambda u: s(u) ** 2,
+            lambda u: ds(u) ** 2,
+            lambda u: s(u) * ds(u) ** 2,
+            lambda u: s(u) ** 2 * ds(u) ** 2,
+        ]
         pts = [-np.inf, *sorted(self.kinks), np.inf]
 
         def integrand(u):
             u = np.atleast_1d(u)
             he = he_table(u, kmax)  # (kmax+1, 1)
             val = np.array([F(u) for F in funcs])[:, 0]  # (5,)
-            return (val[:, None] * he[:, 0][None, :]).ravel() * math.exp(-u[0] ** 2 / 2) / \
-                math.sqrt(2 * math.pi)
+            return (
+                (val[:, None] * he[:, 0][None, :]).ravel()
+                * math.exp(-(u[0] ** 2) / 2)
+                / math.sqrt(2 * math.pi)
+            )
 
         tot = np.zeros(5 * (kmax + 1))
         for lo, hi in zip(pts[:-1], pts[1:]):
-            v, _ = integrate.quad_vec(lambda u: integrand(np.array([u])), lo, hi, epsabs=1e-13,
-                                      epsrel=1e-12)
+            v, _ = integrate.quad_vec(
+                lambda u: integrand(np.array([u])), lo, hi, epsabs=1e-13, epsrel=1e-12
+            )
             tot += v
         out = tot.reshape(5, kmax + 1)
         self._cache[key] = out
@@ -728,9 +790,13 @@ class TiedNetwork(_Model):
         scale = L ** (-deg / 2.0)
         mom = mu[:, deg] * scale[None]
         # h_l = sigma'(u)^2 / L for every l
-        out = dict(f=mom[0], f2=mom[1], h=np.repeat(mom[2][None] / L, L, axis=0),
-                   fh=np.repeat(mom[3][None] / L, L, axis=0),
-                   f2h=np.repeat(mom[4][None] / L, L, axis=0))
+        out = dict(
+            f=mom[0],
+            f2=mom[1],
+            h=np.repeat(mom[2][None] / L, L, axis=0),
+            fh=np.repeat(mom[3][None] / L, L, axis=0),
+            f2h=np.repeat(mom[4][None] / L, L, axis=0),
+        )
         return out
 
 
@@ -791,8 +857,18 @@ def classify_minimum(e, m) -> str:
     return "other"
 
 
-def integrate_ode(model, lr: float, d: float, m0=None, e0=None, eta=None, t_max=None,
-                  n_out: int = 200, rtol: float = 1e-8, atol: float = 1e-14) -> ODEResult:
+def integrate_ode(
+    model,
+    lr: float,
+    d: float,
+    m0=None,
+    e0=None,
+    eta=None,
+    t_max=None,
+    n_out: int = 200,
+    rtol: float = 1e-8,
+    atol: float = 1e-14,
+) -> ODEResult:
     """Integrate the (e, m) ODE of spec section 3 (corrected signs) from (e0, m0).
 
     Defaults: m0 = 1/sqrt(d) (every row for the untied network), e0 = 1/sqrt(d) in every reduced
@@ -839,9 +915,17 @@ def integrate_ode(model, lr: float, d: float, m0=None, e0=None, eta=None, t_max=
             return speed * t <= 1e-9 * max(ny, 1e-300)
         return ny <= 1e-3 * n0
 
-    sol = integrate_log_time(fun, y0, t_first=max(lr, 1e-12) / d, t_max=t_max,
-                             event=lambda y: norm(y) - eta, stop=stop, n_out=n_out, rtol=rtol,
-                             atol=atol)
+    sol = integrate_log_time(
+        fun,
+        y0,
+        t_first=max(lr, 1e-12) / d,
+        t_max=t_max,
+        event=lambda y: norm(y) - eta,
+        stop=stop,
+        n_out=n_out,
+        rtol=rtol,
+        atol=atol,
+    )
     Y = sol.y
     if model.untied:
         m_rows = Y
@@ -857,18 +941,30 @@ def integrate_ode(model, lr: float, d: float, m0=None, e0=None, eta=None, t_max=
         fe = sol.y_final[:-1]
         final_e = float(fe[0]) if model.r == 1 else (fe.tolist() if model.r > 1 else 0.0)
         final_m = float(sol.y_final[-1])
-        risk = np.array([model.risk(row[:-1] if model.r else None, np.clip(row[-1], -1, 1))
-                         for row in Y])
+        risk = np.array(
+            [model.risk(row[:-1] if model.r else None, np.clip(row[-1], -1, 1)) for row in Y]
+        )
         minimum = classify_minimum(fe, final_m)
     if sol.status != "converged":
         minimum = "other" if sol.status == "nan" else minimum
     te = sol.t_event
     return ODEResult(
-        t=sol.t, steps=sol.t * d / lr if lr > 0 else np.full_like(sol.t, np.inf), e=e, m=m,
-        m_rows=m_rows, risk=risk, t_escape=te,
+        t=sol.t,
+        steps=sol.t * d / lr if lr > 0 else np.full_like(sol.t, np.inf),
+        e=e,
+        m=m,
+        m_rows=m_rows,
+        risk=risk,
+        t_escape=te,
         steps_escape=(te * d / lr if (te is not None and lr > 0) else None),
-        final_e=final_e, final_m=final_m, minimum=minimum, lr=lr, d=d, eta=eta,
-        status=sol.status, message=sol.message,
+        final_e=final_e,
+        final_m=final_m,
+        minimum=minimum,
+        lr=lr,
+        d=d,
+        eta=eta,
+        status=sol.status,
+        message=sol.message,
         params=dict(model=repr(model), lr=lr, d=d, m0=m0, e0=e0, eta=eta),
         metadata=dict(engine=model.engine, n_rhs=sol.n_rhs, t_final=sol.t_final),
     )
@@ -891,8 +987,7 @@ def flatness(model, max_order: int = 8, *, rel_tol: float = 1e-8):
     """
     L = model.L
     T = model._reduce_map()  # (2L, n)
-    H = model.hessian(np.zeros(model.r) if model.r else None,
-                      np.zeros(L) if model.untied else 0.0)
+    H = model.hessian(np.zeros(model.r) if model.r else None, np.zeros(L) if model.untied else 0.0)
     if model.engine != "hermite":
         ge, gm = model.grad(np.zeros(model.r) if model.r else None, 0.0)
         g = np.concatenate([np.atleast_1d(ge), np.atleast_1d(gm)])
@@ -900,8 +995,10 @@ def flatness(model, max_order: int = 8, *, rel_tol: float = 1e-8):
             return 1, H
         if np.max(np.abs(H)) > 1e-6:
             return 2, H
-        raise ValueError("flatness above order 2 is exact only for polynomial targets; this "
-                         "target is not polynomial")
+        raise ValueError(
+            "flatness above order 2 is exact only for polynomial targets; this "
+            "target is not polynomial"
+        )
     t = model.target
     n = T.shape[1]
     zero = (0,) * L
@@ -964,8 +1061,9 @@ def _unit(L, q):
 # =========================================================================== escape predictions
 
 
-def predicted_escape(target, L: int | None = None, d: float | None = None, lr=None,
-                     activation: str = "relu") -> dict:
+def predicted_escape(
+    target, L: int | None = None, d: float | None = None, lr=None, activation: str = "relu"
+) -> dict:
     """Escape-time scaling law and tied/untied gains from the Hermite data (spec section 5).
 
     Returns ``sie``, ``scaling`` ("d", "d log^2 d", "d^(k-1)"), ``exponent`` and ``log_power``
@@ -982,9 +1080,16 @@ def predicted_escape(target, L: int | None = None, d: float | None = None, lr=No
 
     rep = hermite.analyze(target, L)
     k = rep.sie
-    out = dict(sie=k, even_sie=rep.even_sie, alpha_tied=rep.tied_contraction,
-               alpha_untied=rep.op_norm, gain_optimal=rep.gain_optimal,
-               gain_equal=rep.gain_equal, tied_learnable=rep.tied_learnable, exact=rep.exact)
+    out = dict(
+        sie=k,
+        even_sie=rep.even_sie,
+        alpha_tied=rep.tied_contraction,
+        alpha_untied=rep.op_norm,
+        gain_optimal=rep.gain_optimal,
+        gain_equal=rep.gain_equal,
+        tied_learnable=rep.tied_learnable,
+        exact=rep.exact,
+    )
     if k is None:
         out.update(scaling=None, exponent=None, log_power=None, steps_order=None)
         return out
@@ -994,8 +1099,9 @@ def predicted_escape(target, L: int | None = None, d: float | None = None, lr=No
         sc, ex, lp = "d log^2 d", 1, 2
     else:
         sc, ex, lp = f"d^{k - 1}", k - 1, 0
-    out.update(scaling=sc, exponent=ex, log_power=lp,
-               scaling_constant_lr=("d log d" if k == 2 else sc))
+    out.update(
+        scaling=sc, exponent=ex, log_power=lp, scaling_constant_lr=("d log d" if k == 2 else sc)
+    )
     if d is not None:
         d = check_positive("d", d)
         out["steps_order"] = d**ex * math.log(d) ** lp
@@ -1004,8 +1110,11 @@ def predicted_escape(target, L: int | None = None, d: float | None = None, lr=No
             rt = integrate_ode(TiedNetwork(t, t.L, activation), lr, d)
             ru = integrate_ode(UntiedNetwork(t, t.L, activation), lr, d)
             st, su = rt.steps_escape, ru.steps_escape
-            out.update(steps_escape_tied=st, steps_escape_untied=su,
-                       gain_ode=(su / st) if (st and su) else (0.0 if su else None))
+            out.update(
+                steps_escape_tied=st,
+                steps_escape_untied=su,
+                gain_ode=(su / st) if (st and su) else (0.0 if su else None),
+            )
     return out
 
 
@@ -1037,8 +1146,12 @@ def pd_blocks(n: int = PD_NODES) -> dict:
     W = np.outer(w, w).ravel()
     u = Z[:, 0] - Z[:, 1]
     # He_{e_l + e_k}(zeta) = zeta_l zeta_k - delta_lk
-    he2 = {(0, 0): Z[:, 0] ** 2 - 1, (0, 1): Z[:, 0] * Z[:, 1], (1, 0): Z[:, 0] * Z[:, 1],
-           (1, 1): Z[:, 1] ** 2 - 1}
+    he2 = {
+        (0, 0): Z[:, 0] ** 2 - 1,
+        (0, 1): Z[:, 0] * Z[:, 1],
+        (1, 0): Z[:, 0] * Z[:, 1],
+        (1, 1): Z[:, 1] ** 2 - 1,
+    }
     pairs = [(0, 0), (0, 1), (1, 0), (1, 1)]
 
     def S_at(e):
@@ -1060,8 +1173,9 @@ def pd_blocks(n: int = PD_NODES) -> dict:
         T = {p: np.einsum("n,nij->ij", W * he2[p], S) for p in pairs}
         out[("U", e)] = T
     T0 = out[("U", 0.0)]
-    out["Xmm0"] = {e: float(sum(np.sum(T0[p] * out[("U", e)][p]) for p in pairs))
-                   for e in (0.0, 1.0)}
+    out["Xmm0"] = {
+        e: float(sum(np.sum(T0[p] * out[("U", e)][p]) for p in pairs)) for e in (0.0, 1.0)
+    }
     out["X01"] = out[("F2", 0.0, 0)]
     out["Xm01"] = float(W @ np.sum(dS0**2, axis=(1, 2, 3)))
     DS = dS0[..., 0] - dS0[..., 1]
@@ -1096,10 +1210,23 @@ def pd_criteria(a, omega, n: int = PD_NODES) -> dict:
     Rmm10 = -2 * (1 - om) * b["Xmm0"][1.0]
     # R(1, 0) - R(0, 1)
     X10 = float(np.sum(ES0 * F1(1.0, 0)))
-    dR = (-2 * (1 - om) * (X10 - b["X01"]) - 2 * om * dotA(F1(1.0, 0) - F1(0.0, 0))
-          + F2(1.0, 0) - F2(0.0, 0))
-    return dict(Ree00=Ree00, Rmm00=Rmm00, Rm01=Rm01, Ree01=Ree01, Re10=Re10, Rmm10=Rmm10,
-                curv_sem=Ree01 - Rm01, curv_pos=Rmm10 - Re10, dR_pos_minus_sem=dR)
+    dR = (
+        -2 * (1 - om) * (X10 - b["X01"])
+        - 2 * om * dotA(F1(1.0, 0) - F1(0.0, 0))
+        + F2(1.0, 0)
+        - F2(0.0, 0)
+    )
+    return dict(
+        Ree00=Ree00,
+        Rmm00=Rmm00,
+        Rm01=Rm01,
+        Ree01=Ree01,
+        Re10=Re10,
+        Rmm10=Rmm10,
+        curv_sem=Ree01 - Rm01,
+        curv_pos=Rmm10 - Re10,
+        dR_pos_minus_sem=dR,
+    )
 
 
 def pd_booleans(a, omega, n: int = PD_NODES) -> dict:
@@ -1117,8 +1244,15 @@ def pd_booleans(a, omega, n: int = PD_NODES) -> dict:
     region = np.where(both & ~glob_pos & ~steep_pos, 3, region)
     region = np.where(both & ~glob_pos & steep_pos, 4, region)
     region = np.where(both & glob_pos, 5, region)
-    return dict(global_positional=glob_pos, steepest_positional=steep_pos, both_minima=both,
-                semantic_min=sem, positional_min=pos, region=region, criteria=c)
+    return dict(
+        global_positional=glob_pos,
+        steepest_positional=steep_pos,
+        both_minima=both,
+        semantic_min=sem,
+        positional_min=pos,
+        region=region,
+        criteria=c,
+    )
 
 
 def _flip(fun_bool, comps, lo=0.0, hi=1.0):
@@ -1158,23 +1292,27 @@ def boundaries(a: float, n: int = PD_NODES) -> dict:
     bo = lambda om, key: bool(pd_booleans(a, om, n)[key])
     out = dict(
         a=a,
-        omega_steepest_switch=_flip(lambda o: bo(o, "steepest_positional"),
-                                    [lambda o: cr(o, "Ree00") - cr(o, "Rmm00")]),
-        omega_global_switch=_flip(lambda o: cr(o, "dR_pos_minus_sem") < 0,
-                                  [lambda o: cr(o, "dR_pos_minus_sem")]),
-        omega_positional_min_appears=_flip(lambda o: bo(o, "positional_min"),
-                                           [lambda o: cr(o, "Re10"),
-                                            lambda o: cr(o, "curv_pos")]),
-        omega_semantic_min_disappears=_flip(lambda o: bo(o, "semantic_min"),
-                                            [lambda o: cr(o, "Rm01"),
-                                             lambda o: cr(o, "curv_sem")]),
+        omega_steepest_switch=_flip(
+            lambda o: bo(o, "steepest_positional"), [lambda o: cr(o, "Ree00") - cr(o, "Rmm00")]
+        ),
+        omega_global_switch=_flip(
+            lambda o: cr(o, "dR_pos_minus_sem") < 0, [lambda o: cr(o, "dR_pos_minus_sem")]
+        ),
+        omega_positional_min_appears=_flip(
+            lambda o: bo(o, "positional_min"),
+            [lambda o: cr(o, "Re10"), lambda o: cr(o, "curv_pos")],
+        ),
+        omega_semantic_min_disappears=_flip(
+            lambda o: bo(o, "semantic_min"), [lambda o: cr(o, "Rm01"), lambda o: cr(o, "curv_sem")]
+        ),
         nodes=n,
     )
     return out
 
 
-def phase_diagram(a_grid, omega_grid, n: int = PD_NODES, *, check_global: bool = False,
-                  n_disk: int = 41) -> dict:
+def phase_diagram(
+    a_grid, omega_grid, n: int = PD_NODES, *, check_global: bool = False, n_disk: int = 41
+) -> dict:
     """Classify every (a, omega) of the grid: arrays (n_a, n_omega) of the three booleans, the
     candidate-minimum flags and the region index into :data:`REGIONS` (-1 = none).
 
@@ -1276,8 +1414,15 @@ class PSTables:
             Th = np.einsum("na,nk->ka", T, Hk)  # (nkk, 4)
             K1 = np.bincount(degk, np.sum(GSS * Qh, axis=1) / kfk, minlength=kk + 1)
             Q4 = Qh.reshape(-1, 4, 4)
-            K2 = np.stack([np.bincount(degk, np.einsum("ka,ka->k", Sk, Q4[:, :, b]) / kfk,
-                                       minlength=kk + 1) for b in range(4)], axis=1)
+            K2 = np.stack(
+                [
+                    np.bincount(
+                        degk, np.einsum("ka,ka->k", Sk, Q4[:, :, b]) / kfk, minlength=kk + 1
+                    )
+                    for b in range(4)
+                ],
+                axis=1,
+            )
             K3 = np.bincount(degk, np.sum(Sk * Th, axis=1) / kfk, minlength=kk + 1)
             kvals.append(np.concatenate([K1, K2.ravel(), K3, Qh[0], Th[0], [W @ V]]))
         self.kk = kk
@@ -1333,17 +1478,20 @@ class PSTables:
         nr = st.shape[0]
         v = C.chebvander(float(e), nr - 1)[0] @ st
         k1 = self.kmax + 1
-        c, dc = v[:k1], v[k1:2 * k1]
-        F1, dF1 = v[2 * k1:2 * k1 + 4], v[2 * k1 + 4:2 * k1 + 8]
+        c, dc = v[:k1], v[k1 : 2 * k1]
+        F1, dF1 = v[2 * k1 : 2 * k1 + 4], v[2 * k1 + 4 : 2 * k1 + 8]
         F2, dF2 = v[2 * k1 + 8], v[2 * k1 + 9]
-        kt = v[2 * k1 + 10:]
+        kt = v[2 * k1 + 10 :]
         A4 = np.asarray(A, float).ravel()
         j = np.arange(k1)
         mp = float(m) ** j
         mp1 = j * float(m) ** np.clip(j - 1, 0, None)
         w1 = 2 * (1 - omega)
-        egg = ((1 - omega) ** 2 * self.ESS + 2 * omega * (1 - omega) * float(self.ES.ravel() @ A4)
-               + omega**2 * float(A4 @ A4))
+        egg = (
+            (1 - omega) ** 2 * self.ESS
+            + 2 * omega * (1 - omega) * float(self.ES.ravel() @ A4)
+            + omega**2 * float(A4 @ A4)
+        )
         R = egg + F2 - w1 * (c @ mp) - 2 * omega * (A4 @ F1)
         Re = dF2 - w1 * (dc @ mp) - 2 * omega * (A4 @ dF1)
         Rm = -w1 * (c @ mp1)
@@ -1351,14 +1499,22 @@ class PSTables:
 
     def _K_from(self, v, m, omega, A4):
         kk = self.kk
-        K1, K2, K3 = v[: kk + 1], v[kk + 1: 5 * (kk + 1)].reshape(kk + 1, 4), \
-            v[5 * (kk + 1): 6 * (kk + 1)]
-        rest = v[6 * (kk + 1):]
+        K1, K2, K3 = (
+            v[: kk + 1],
+            v[kk + 1 : 5 * (kk + 1)].reshape(kk + 1, 4),
+            v[5 * (kk + 1) : 6 * (kk + 1)],
+        )
+        rest = v[6 * (kk + 1) :]
         EQ, ET, EV = rest[:16].reshape(4, 4), rest[16:20], rest[20]
         pw = float(m) ** np.arange(kk + 1)
         w = omega
-        val = ((1 - w) ** 2 * (pw @ K1) + 2 * (1 - w) * (w * (pw @ K2 @ A4) - pw @ K3)
-               + w**2 * A4 @ EQ @ A4 - 2 * w * (A4 @ ET) + EV)
+        val = (
+            (1 - w) ** 2 * (pw @ K1)
+            + 2 * (1 - w) * (w * (pw @ K2 @ A4) - pw @ K3)
+            + w**2 * A4 @ EQ @ A4
+            - 2 * w * (A4 @ ET)
+            + EV
+        )
         return 4.0 * float(val)
 
     def K(self, e, m, omega, A):
@@ -1367,8 +1523,9 @@ class PSTables:
         V = sum_l (f.D_l)^2,
         K/4 = (1-w)^2 E[S_a S_b(xi) Q_ab(z)] + 2 (1-w) (w A_b E[S_a(xi) Q_ab(z)] - E[S_a T_a])
               + w^2 A.E[Q].A - 2 w A.E[T] + E[V]."""
-        return self._K_from(self.C.chebval(float(e), self.Ktab), m, omega,
-                            np.asarray(A, float).ravel())
+        return self._K_from(
+            self.C.chebval(float(e), self.Ktab), m, omega, np.asarray(A, float).ravel()
+        )
 
     def eval(self, e, m, omega, A, second=True):
         """R, dR/de (reduced e), dR/dm and (``second``) the second derivatives of the spec-6
@@ -1376,8 +1533,11 @@ class PSTables:
         A4 = np.asarray(A, float).ravel()
         F1 = lambda d: np.tensordot(A4, self._ev(self.F1, e, d), axes=(0, 0))
         F2 = lambda d: self._ev(self.F2, e, d)
-        egg = ((1 - omega) ** 2 * self.ESS + 2 * omega * (1 - omega) * float(self.ES.ravel() @ A4)
-               + omega**2 * float(A4 @ A4))
+        egg = (
+            (1 - omega) ** 2 * self.ESS
+            + 2 * omega * (1 - omega) * float(self.ES.ravel() @ A4)
+            + omega**2 * float(A4 @ A4)
+        )
         w1 = 2 * (1 - omega)
         out = dict(
             R=egg + F2(0) - w1 * self.X(e, m) - 2 * omega * F1(0),
@@ -1385,8 +1545,11 @@ class PSTables:
             Rm=-w1 * self.X(e, m, dm=1),
         )
         if second:
-            out.update(Ree=F2(2) - w1 * self.X(e, m, de=2) - 2 * omega * F1(2),
-                       Rem=-w1 * self.X(e, m, de=1, dm=1), Rmm=-w1 * self.X(e, m, dm=2))
+            out.update(
+                Ree=F2(2) - w1 * self.X(e, m, de=2) - 2 * omega * F1(2),
+                Rem=-w1 * self.X(e, m, de=1, dm=1),
+                Rmm=-w1 * self.X(e, m, dm=2),
+            )
         return out
 
 
@@ -1415,8 +1578,9 @@ def ps_tables(kmax=PS_KMAX, ncheb=PS_NCHEB, n=PS_NODES) -> PSTables:
     from theory._util import atomic_write_bytes
 
     src = hashlib.sha1((inspect.getsource(PSTables) + inspect.getsource(attention_jac)).encode())
-    name = (f"ps_tables_k{kmax}_kk{PS_KMAX_K}_c{ncheb}_n{n}_v{__version__}_"
-            f"{src.hexdigest()[:12]}.npz")
+    name = (
+        f"ps_tables_k{kmax}_kk{PS_KMAX_K}_c{ncheb}_n{n}_v{__version__}_{src.hexdigest()[:12]}.npz"
+    )
     path = _cache_dir() / name
     try:
         with np.load(path) as z:
@@ -1426,8 +1590,9 @@ def ps_tables(kmax=PS_KMAX, ncheb=PS_NCHEB, n=PS_NODES) -> PSTables:
                 setattr(tb, f, v if v.ndim else v.item())
             tb.kmax, tb.kk = int(tb.kmax), int(tb.kk)
             tb.C = C
-            tb.params = dict(kmax=kmax, ncheb=ncheb, n=n, truncation_bound=float(tb.tail),
-                             cache=str(path))
+            tb.params = dict(
+                kmax=kmax, ncheb=ncheb, n=n, truncation_bound=float(tb.tail), cache=str(path)
+            )
             return tb
     except (OSError, KeyError, ValueError):
         pass
@@ -1455,5 +1620,6 @@ def landscape(a: float, omega: float, n_grid: int = 121, tables: PSTables | None
 
 def ps_model(a: float, omega: float, **kw) -> AttentionModel:
     """The spec-6 attention model: positional-semantic target, L = 2, P_1 = -P_2, identity."""
-    return AttentionModel(PositionalSemanticTarget(omega, a), L=2, pe="opposite",
-                          reduction="identity", **kw)
+    return AttentionModel(
+        PositionalSemanticTarget(omega, a), L=2, pe="opposite", reduction="identity", **kw
+    )

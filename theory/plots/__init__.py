@@ -70,16 +70,31 @@ def mean_and_sem(rows: list[dict], x: str, y: str):
     return xs, means, np.array(sem)
 
 
-def overlay(ax, theory=(), simulation=(), *, x: str, y: str, label: str | None = None,
-            color=None, theory_label="theory", sim_label="simulation"):
+def overlay(
+    ax,
+    theory=(),
+    simulation=(),
+    *,
+    x: str,
+    y: str,
+    label: str | None = None,
+    color=None,
+    theory_label="theory",
+    sim_label="simulation",
+):
     """Draw theory as a line and simulation as points with error bars on ``ax``."""
     label = f"{label}: " if label else ""
     line = None
     th = _as_rows(theory)
     if th:
         th = sorted((r for r in th if r.get(y) is not None), key=lambda r: r[x])
-        (line,) = ax.plot([r[x] for r in th], [r[y] for r in th], color=color,
-                          label=f"{label}{theory_label}", **THEORY_STYLE)
+        (line,) = ax.plot(
+            [r[x] for r in th],
+            [r[y] for r in th],
+            color=color,
+            label=f"{label}{theory_label}",
+            **THEORY_STYLE,
+        )
         color = line.get_color()
     sim = _as_rows(simulation)
     if sim:

@@ -54,8 +54,9 @@ class SimCache:
                     continue  # a torn last line after an interruption
 
     def key(self, r):
-        return tuple(round(float(r[k]), 10) if isinstance(r[k], (int, float)) else r[k]
-                     for k in self.KEYS)
+        return tuple(
+            round(float(r[k]), 10) if isinstance(r[k], (int, float)) else r[k] for k in self.KEYS
+        )
 
     def get(self, **kw):
         return self.rows.get(self.key(kw))
@@ -78,8 +79,17 @@ class TheoryCache(SimCache):
 THEORY_CACHE_NAME = "erm-theory-cache.jsonl"
 
 
-def run_sims(points, *, sigma=SIGMA, lam=LAM, method="lbfgs", cache: SimCache | None = None,
-             n_test=4000, progress=True, desc="ERM simulations"):
+def run_sims(
+    points,
+    *,
+    sigma=SIGMA,
+    lam=LAM,
+    method="lbfgs",
+    cache: SimCache | None = None,
+    n_test=4000,
+    progress=True,
+    desc="ERM simulations",
+):
     """Run ``simulate_gd`` at every ``(alpha, omega, d, seed, init)`` in ``points``; rows (dicts).
 
     Rows carry the result's scalar fields plus ``method``, ``sigma``, ``lam``.
@@ -96,16 +106,27 @@ def run_sims(points, *, sigma=SIGMA, lam=LAM, method="lbfgs", cache: SimCache | 
         it = points
     rows, problems = [], {}
     for alpha, omega, d, seed, init in it:
-        key = dict(alpha=alpha, omega=omega, d=d, seed=seed, init=init, method=method,
-                   sigma=sigma, lam=lam)
+        key = dict(
+            alpha=alpha, omega=omega, d=d, seed=seed, init=init, method=method, sigma=sigma, lam=lam
+        )
         row = cache.get(**key)
         if row is None:
             pk = (alpha, omega, d, seed)
             if pk not in problems:
                 problems.clear()  # keep one data set in memory
                 problems[pk] = make_problem(alpha, omega, d, seed, sigma=sigma, n_test=n_test)
-            r = simulate_gd(alpha, omega, d, init, seed, sigma=sigma, lam=lam, method=method,
-                            problem=problems[pk], tol=1e-7 if method == "lbfgs" else 1e-6)
+            r = simulate_gd(
+                alpha,
+                omega,
+                d,
+                init,
+                seed,
+                sigma=sigma,
+                lam=lam,
+                method=method,
+                problem=problems[pk],
+                tol=1e-7 if method == "lbfgs" else 1e-6,
+            )
             row = r.row()
             row.update(key)
             row["status"] = r.status
@@ -131,8 +152,19 @@ def global_minimiser_rows(rows):
     return out
 
 
-def simulated_delta_eps_t(alphas, omegas, d, seeds, *, sigma=SIGMA, lam=LAM, method="lbfgs",
-                          cache_path=None, n_test=1000, progress=True):
+def simulated_delta_eps_t(
+    alphas,
+    omegas,
+    d,
+    seeds,
+    *,
+    sigma=SIGMA,
+    lam=LAM,
+    method="lbfgs",
+    cache_path=None,
+    n_test=1000,
+    progress=True,
+):
     """Simulated Δε_t = ε_t(semantic init) − ε_t(positional init) on an (omega, alpha) grid.
 
     Returns ``(mean, sem)`` arrays of shape ``(len(omegas), len(alphas))`` (mean and standard
@@ -140,17 +172,33 @@ def simulated_delta_eps_t(alphas, omegas, d, seeds, *, sigma=SIGMA, lam=LAM, met
     (``theory erm phase-diagram``): negative = semantic minimiser has the lower training loss.
     """
     seeds = list(range(int(seeds))) if np.isscalar(seeds) else list(seeds)
-    pts = [(float(a), float(w), int(d), s, init) for w in omegas for a in alphas for s in seeds
-           for init in ("positional", "semantic")]
-    rows = run_sims(pts, sigma=sigma, lam=lam, method=method, cache=SimCache(cache_path),
-                    n_test=n_test, progress=progress, desc="Δε_t heat map")
+    pts = [
+        (float(a), float(w), int(d), s, init)
+        for w in omegas
+        for a in alphas
+        for s in seeds
+        for init in ("positional", "semantic")
+    ]
+    rows = run_sims(
+        pts,
+        sigma=sigma,
+        lam=lam,
+        method=method,
+        cache=SimCache(cache_path),
+        n_test=n_test,
+        progress=progress,
+        desc="Δε_t heat map",
+    )
     gm = global_minimiser_rows(rows)
     mean = np.full((len(omegas), len(alphas)), np.nan)
     sem = np.zeros_like(mean)
     for i, w in enumerate(omegas):
         for j, a in enumerate(alphas):
-            v = [r["delta_eps_t"] for r in gm if math.isclose(r["omega"], w)
-                 and math.isclose(r["alpha"], a)]
+            v = [
+                r["delta_eps_t"]
+                for r in gm
+                if math.isclose(r["omega"], w) and math.isclose(r["alpha"], a)
+            ]
             if v:
                 mean[i, j] = np.mean(v)
                 sem[i, j] = np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0
@@ -179,7 +227,6 @@ def linear_baseline(omega, *, sigma=SIGMA, nodes=60):
     return 0.5 * sigma**2 * (1 - omega) ** 2 * var
 
 
-
 def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, warm=False, **kw):
     """E1's fixed points along ``alphas``; rows (dicts).
 
@@ -195,13 +242,21 @@ def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, warm=False, **k
 
     cache = kw.pop("cache", None)
     rule = kw.get("rule")
-    tag = json.dumps(dict(rule.describe() if rule is not None else {}, warm=bool(warm)),
-                     sort_keys=True)
+    tag = json.dumps(
+        dict(rule.describe() if rule is not None else {}, warm=bool(warm)), sort_keys=True
+    )
     params = ps.ERMParams(sigma=sigma, lam=lam, omega=omega)
     rows, init = [], None
     for a in alphas:
-        ckey = dict(kind="theory", alpha=float(a), omega=float(omega), branch=branch,
-                    sigma=sigma, lam=lam, rule=tag)
+        ckey = dict(
+            kind="theory",
+            alpha=float(a),
+            omega=float(omega),
+            branch=branch,
+            sigma=sigma,
+            lam=lam,
+            rule=tag,
+        )
         row = cache.get(**ckey) if cache is not None else None
         if row is None:
             try:
@@ -218,28 +273,34 @@ def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, warm=False, **k
                 cache.put(row)
         rows.append(row)
         ok = row.get("status") in ("converged", "ok")
-        init = dict(q=row["q"], m=row["m"], theta=row["theta"], V=row["V"]) if ok and warm \
-            else None
+        init = dict(q=row["q"], m=row["m"], theta=row["theta"], V=row["V"]) if ok and warm else None
     return rows
 
 
 def _ok(rows, branch):
-    return [r for r in rows if r.get("status") in ("converged", "ok")
-            and r.get("branch") in (branch, "trivial" if branch == "positional" else branch)]
+    return [
+        r
+        for r in rows
+        if r.get("status") in ("converged", "ok")
+        and r.get("branch") in (branch, "trivial" if branch == "positional" else branch)
+    ]
 
 
 def crossing(xs, ys):
     """First root of the piecewise-linear interpolation of ``ys`` (None if no sign change)."""
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     for i in range(len(xs) - 1):
-        if np.isfinite(ys[i]) and np.isfinite(ys[i + 1]) and ys[i] * ys[i + 1] <= 0 \
-                and ys[i] != ys[i + 1]:
+        if (
+            np.isfinite(ys[i])
+            and np.isfinite(ys[i + 1])
+            and ys[i] * ys[i + 1] <= 0
+            and ys[i] != ys[i + 1]
+        ):
             return float(xs[i] - ys[i] * (xs[i + 1] - xs[i]) / (ys[i + 1] - ys[i]))
     return None
 
 
-def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, exact=True,
-                      transition_kw=None, **kw):
+def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, exact=True, transition_kw=None, **kw):
     """Theory curves of both branches along ``alphas`` and (α_c, α_l).
 
     With ``exact`` (default) α_c and α_l are the roots found by
@@ -264,12 +325,23 @@ def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, exact=True,
     if exact:
         from theory.models import positional_semantic as ps
 
-        t = ps.transition(ps.ERMParams(sigma=sigma, lam=lam, omega=omega),
-                          hint=alpha_c or 1.0, **(transition_kw or {}))
+        t = ps.transition(
+            ps.ERMParams(sigma=sigma, lam=lam, omega=omega),
+            hint=alpha_c or 1.0,
+            **(transition_kw or {}),
+        )
         if t.status == "converged":
             alpha_c, alpha_l, how = t.alpha_c, t.alpha_l, "root"
-    return dict(positional=pos, semantic=sem, global_=glob, alpha_c=alpha_c, alpha_l=alpha_l,
-                eps_g_lin=lin, delta=(common, dd), how=how)
+    return dict(
+        positional=pos,
+        semantic=sem,
+        global_=glob,
+        alpha_c=alpha_c,
+        alpha_l=alpha_l,
+        eps_g_lin=lin,
+        delta=(common, dd),
+        how=how,
+    )
 
 
 # --------------------------------------------------------------------------- figures
@@ -307,12 +379,21 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
 
         tkw = dict(rule=ps.make_rule("split", theory_nodes))
     try:
-        th = theory_transition(alphas_th, omega, transition_kw=tkw,
-                               cache=TheoryCache(out_dir / THEORY_CACHE_NAME), **kw)
+        th = theory_transition(
+            alphas_th,
+            omega,
+            transition_kw=tkw,
+            cache=TheoryCache(out_dir / THEORY_CACHE_NAME),
+            **kw,
+        )
     except Exception as exc:  # the figure still shows the simulations, and says why
         th, th_err = dict(positional=[], semantic=[], global_=[], delta=([], [])), repr(exc)
-    pts = [(float(a), omega, d, s, init) for a in alphas_sim for s in seeds
-           for init in ("positional", "semantic")]
+    pts = [
+        (float(a), omega, d, s, init)
+        for a in alphas_sim
+        for s in seeds
+        for init in ("positional", "semantic")
+    ]
     rows = run_sims(pts, cache=SimCache(out_dir / CACHE_NAME), desc="erm-omega03")
     gm = global_minimiser_rows(rows)
 
@@ -321,8 +402,16 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     if th["delta"][0]:
         ax.plot(th["delta"][0], th["delta"][1], "C0-", lw=1.8, label="theory")
     xs, mu, se = _sim_stats(gm, "alpha", "delta_eps_t")
-    ax.errorbar(xs, mu, yerr=se, fmt="o", color="C0", capsize=2.5, ms=4,
-                label=f"simulation (d={d}, {len(seeds)} seeds)")
+    ax.errorbar(
+        xs,
+        mu,
+        yerr=se,
+        fmt="o",
+        color="C0",
+        capsize=2.5,
+        ms=4,
+        label=f"simulation (d={d}, {len(seeds)} seeds)",
+    )
     ax.axhline(0, color="gray", lw=0.8)
     _vlines(ax, th)
     ax.set_xlabel(r"$\alpha = n/d$")
@@ -334,15 +423,35 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
         ok = _ok(th[branch], branch)
         if ok:
             a = [r["alpha"] for r in ok]
-            ax.plot(a, [r["theta_over_sigma2"] for r in ok], "C1" + ls, lw=1.5,
-                    label=r"$\theta/\sigma^2$ theory" if branch == "semantic" else None)
-            ax.plot(a, [r["m_over_sigma2"] for r in ok], "C2" + ls, lw=1.5,
-                    label=r"$m/\sigma^2$ theory" if branch == "positional" else None)
-    for y, c, name in (("theta_over_sigma2", "C1", r"$|\theta|/\sigma^2$"),
-                       ("m_over_sigma2", "C2", r"$|m|/\sigma^2$")):
+            ax.plot(
+                a,
+                [r["theta_over_sigma2"] for r in ok],
+                "C1" + ls,
+                lw=1.5,
+                label=r"$\theta/\sigma^2$ theory" if branch == "semantic" else None,
+            )
+            ax.plot(
+                a,
+                [r["m_over_sigma2"] for r in ok],
+                "C2" + ls,
+                lw=1.5,
+                label=r"$m/\sigma^2$ theory" if branch == "positional" else None,
+            )
+    for y, c, name in (
+        ("theta_over_sigma2", "C1", r"$|\theta|/\sigma^2$"),
+        ("m_over_sigma2", "C2", r"$|m|/\sigma^2$"),
+    ):
         xs, mu, se = _sim_stats(gm, "alpha", y)
-        ax.errorbar(xs, mu, yerr=se, fmt="o", color=c, capsize=2.5, ms=4,
-                    label=f"{name} simulation (global min.)")
+        ax.errorbar(
+            xs,
+            mu,
+            yerr=se,
+            fmt="o",
+            color=c,
+            capsize=2.5,
+            ms=4,
+            label=f"{name} simulation (global min.)",
+        )
     _vlines(ax, th)
     ax.set_xlabel(r"$\alpha = n/d$")
     ax.set_ylabel("overlap (branches: theory lines)")
@@ -354,44 +463,78 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     for branch in ("positional", "semantic"):  # separate pieces: eps_g jumps at alpha_c
         seg = [r for r in glob if r.get("branch") == branch]
         if seg:
-            ax.plot([r["alpha"] for r in seg], [r["eps_g"] for r in seg], "C3-", lw=1.8,
-                    label="global minimiser, theory" if first else None)
+            ax.plot(
+                [r["alpha"] for r in seg],
+                [r["eps_g"] for r in seg],
+                "C3-",
+                lw=1.8,
+                label="global minimiser, theory" if first else None,
+            )
             first = False
     if th.get("eps_g_lin") is not None:
         ax.axhline(th["eps_g_lin"], color="C4", lw=1.5, label="linear baseline (theory)")
     xs, mu, se = _sim_stats(gm, "alpha", "eps_g")
-    ax.errorbar(xs, mu, yerr=se, fmt="o", color="C3", capsize=2.5, ms=4,
-                label=f"global minimiser, simulation (d={d})")
+    ax.errorbar(
+        xs,
+        mu,
+        yerr=se,
+        fmt="o",
+        color="C3",
+        capsize=2.5,
+        ms=4,
+        label=f"global minimiser, simulation (d={d})",
+    )
     _vlines(ax, th)
     ax.set_xlabel(r"$\alpha = n/d$")
     ax.set_ylabel(r"$\varepsilon_g = E\|f(X)-y(X)\|_F^2/(2d)$")
     ax.legend(fontsize=7)
-    title = (rf"positional vs semantic ERM, $\omega$={omega}, $\sigma$={SIGMA}, "
-             rf"$\lambda$={LAM}, A=[[.6,.4],[.4,.6]]; simulation: L-BFGS on L(Q), d={d}")
+    title = (
+        rf"positional vs semantic ERM, $\omega$={omega}, $\sigma$={SIGMA}, "
+        rf"$\lambda$={LAM}, A=[[.6,.4],[.4,.6]]; simulation: L-BFGS on L(Q), d={d}"
+    )
     if th_err:
         title += f"\nTHEORY UNAVAILABLE: {th_err[:80]}"
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path = atomic_savefig(fig, out_dir / "erm-omega03.png", dpi=120)
     plt.close(fig)
-    how = (f"L-BFGS on the empirical risk from Q=Q* and Q=1_d/sqrt(d), d={d}, "
-           f"{len(seeds)} seeds, alphas {alphas_sim}")
-    numbers = [dict(name="erm_omega03_wall_s", value=time.perf_counter() - t0,
-                    how="wall time of this figure")]
+    how = (
+        f"L-BFGS on the empirical risk from Q=Q* and Q=1_d/sqrt(d), d={d}, "
+        f"{len(seeds)} seeds, alphas {alphas_sim}"
+    )
+    numbers = [
+        dict(
+            name="erm_omega03_wall_s",
+            value=time.perf_counter() - t0,
+            how="wall time of this figure",
+        )
+    ]
     if th.get("alpha_c") is not None:
-        how_c = ("theory: root of eps_t(sem)-eps_t(pos) by bracket + Brent (xtol 1e-4), "
-                 "default split rule" if th.get("how") == "root" else
-                 f"theory: root of interpolated eps_t(sem)-eps_t(pos) on {len(alphas_th)} alphas")
+        how_c = (
+            "theory: root of eps_t(sem)-eps_t(pos) by bracket + Brent (xtol 1e-4), "
+            "default split rule"
+            if th.get("how") == "root"
+            else f"theory: root of interpolated eps_t(sem)-eps_t(pos) on {len(alphas_th)} alphas"
+        )
         numbers.append(dict(name="alpha_c(omega=0.3)", value=th["alpha_c"], how=how_c))
     if th.get("alpha_l") is not None:
-        numbers.append(dict(name="alpha_l(omega=0.3)", value=th["alpha_l"],
-                            how="theory: global minimiser's eps_g crossing the baseline"
-                                + (" (root, default split rule)" if th.get("how") == "root"
-                                   else " (interpolated)")))
+        numbers.append(
+            dict(
+                name="alpha_l(omega=0.3)",
+                value=th["alpha_l"],
+                how="theory: global minimiser's eps_g crossing the baseline"
+                + (" (root, default split rule)" if th.get("how") == "root" else " (interpolated)"),
+            )
+        )
     sim_ac = crossing(*_sim_stats(gm, "alpha", "delta_eps_t")[:2])
     if sim_ac is not None:
-        numbers.append(dict(name="alpha_c(omega=0.3) simulated", value=sim_ac,
-                            how="zero of the seed-averaged simulated Δε_t, " + how))
+        numbers.append(
+            dict(
+                name="alpha_c(omega=0.3) simulated",
+                value=sim_ac,
+                how="zero of the seed-averaged simulated Δε_t, " + how,
+            )
+        )
     return dict(files=[str(path)], numbers=numbers)
 
 
@@ -419,8 +562,14 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     try:
         # α_c(ω), α_l(ω) by bracket + Brent, continued from one ω to the next
         rows_th = ps.phase_diagram(omegas_th, ps.ERMParams(sigma=SIGMA, lam=LAM), **kw)
-        lines = [(r["omega"], r["alpha_c"] if math.isfinite(r["alpha_c"]) else None,
-                  r["alpha_l"] if math.isfinite(r["alpha_l"]) else None) for r in rows_th]
+        lines = [
+            (
+                r["omega"],
+                r["alpha_c"] if math.isfinite(r["alpha_c"]) else None,
+                r["alpha_l"] if math.isfinite(r["alpha_l"]) else None,
+            )
+            for r in rows_th
+        ]
     except Exception as exc:  # the figure still shows the simulations, and says why
         th_err = repr(exc)
     theory_wall = time.perf_counter() - t_th
@@ -429,8 +578,10 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     vmax = np.nanmax(np.abs(mean)) if np.isfinite(mean).any() else 1.0
     pc = ax.pcolormesh(A, W, mean, cmap="RdBu_r", vmin=-vmax, vmax=vmax, shading="nearest")
     fig.colorbar(pc, ax=ax, label=rf"simulated $\Delta\varepsilon_t$ (d={d}, {len(seeds)} seed(s))")
-    for idx, style, name in ((1, "k-o", r"$\alpha_c(\omega)$ theory"),
-                             (2, "k--s", r"$\alpha_l(\omega)$ theory")):
+    for idx, style, name in (
+        (1, "k-o", r"$\alpha_c(\omega)$ theory"),
+        (2, "k--s", r"$\alpha_l(\omega)$ theory"),
+    ):
         pts = sorted((ln[idx], ln[0]) for ln in lines if ln[idx] is not None)
         pts = [(a, w) for w, a in sorted((w, a) for a, w in pts)]
         if pts:
@@ -438,8 +589,10 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     ax.set_xlabel(r"$\alpha = n/d$")
     ax.set_ylabel(r"$\omega$ (positional mixing of the teacher)")
     ax.legend(fontsize=8, loc="upper left")
-    title = (rf"phase diagram, $\sigma$={SIGMA}, $\lambda$={LAM}: red = positional minimiser "
-             "lower, blue = semantic lower")
+    title = (
+        rf"phase diagram, $\sigma$={SIGMA}, $\lambda$={LAM}: red = positional minimiser "
+        "lower, blue = semantic lower"
+    )
     if th_err:
         title += f"\nTHEORY UNAVAILABLE: {th_err[:80]}"
     if skipped:
@@ -448,17 +601,35 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     fig.tight_layout()
     path = atomic_savefig(fig, out_dir / "erm-phase-diagram.png", dpi=120)
     plt.close(fig)
-    numbers = [dict(name="erm_phase_diagram_wall_s", value=time.perf_counter() - t0,
-                    how="wall time of this figure"),
-               dict(name="erm_phase_diagram_theory_wall_s", value=theory_wall,
-                    how=f"wall time of the theory lines ({len(omegas_th)} omegas)")]
+    numbers = [
+        dict(
+            name="erm_phase_diagram_wall_s",
+            value=time.perf_counter() - t0,
+            how="wall time of this figure",
+        ),
+        dict(
+            name="erm_phase_diagram_theory_wall_s",
+            value=theory_wall,
+            how=f"wall time of the theory lines ({len(omegas_th)} omegas)",
+        ),
+    ]
     for w, ac, al in lines:
         if ac is not None:
-            numbers.append(dict(name=f"alpha_c(omega={w:.2f})", value=ac,
-                                how="theory root (bracket + Brent, xtol 1e-4), default rule"))
+            numbers.append(
+                dict(
+                    name=f"alpha_c(omega={w:.2f})",
+                    value=ac,
+                    how="theory root (bracket + Brent, xtol 1e-4), default rule",
+                )
+            )
         if al is not None:
-            numbers.append(dict(name=f"alpha_l(omega={w:.2f})", value=al,
-                                how="theory root (bracket + Brent, xtol 1e-4), default rule"))
+            numbers.append(
+                dict(
+                    name=f"alpha_l(omega={w:.2f})",
+                    value=al,
+                    how="theory root (bracket + Brent, xtol 1e-4), default rule",
+                )
+            )
     return dict(files=[str(path)], numbers=numbers)
 
 
@@ -472,46 +643,75 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=2.0, theory_no
         ds, seeds = [100, 200, 400], [0, 1, 2]
     else:
         ds, seeds = [250, 500, 1000, 2000], list(range(5))
-    pts = [(alpha, omega, d, s, init) for d in ds for s in seeds
-           for init in ("positional", "semantic")]
+    pts = [
+        (alpha, omega, d, s, init) for d in ds for s in seeds for init in ("positional", "semantic")
+    ]
     rows = run_sims(pts, cache=SimCache(out_dir / CACHE_NAME), desc="erm-d-scaling")
     kw = dict(nodes=theory_nodes) if theory_nodes is not None else {}
     th = {}
     for branch in ("semantic", "positional"):
         try:
-            r = theory_curve([alpha], omega, branch,
-                             cache=TheoryCache(out_dir / THEORY_CACHE_NAME), **kw)[0]
+            r = theory_curve(
+                [alpha], omega, branch, cache=TheoryCache(out_dir / THEORY_CACHE_NAME), **kw
+            )[0]
             if r.get("status") in ("converged", "ok"):
                 th[branch] = r["eps_g"]
         except Exception:
             pass
     fig, ax = plt.subplots(figsize=(6.2, 4.5))
-    numbers = [dict(name="erm_d_scaling_wall_s", value=time.perf_counter() - t0,
-                    how="wall time of this figure")]
+    numbers = [
+        dict(
+            name="erm_d_scaling_wall_s",
+            value=time.perf_counter() - t0,
+            how="wall time of this figure",
+        )
+    ]
     for branch, c in (("semantic", "C0"), ("positional", "C1")):
         sub = [dict(r, inv_d=1.0 / r["d"]) for r in rows if r["init"] == branch]
         xs, mu, se = _sim_stats(sub, "inv_d", "eps_g")
-        ax.errorbar(xs, mu, yerr=se, fmt="o", color=c, capsize=2.5, ms=4,
-                    label=f"{branch} init, simulation ({len(seeds)} seeds)")
+        ax.errorbar(
+            xs,
+            mu,
+            yerr=se,
+            fmt="o",
+            color=c,
+            capsize=2.5,
+            ms=4,
+            label=f"{branch} init, simulation ({len(seeds)} seeds)",
+        )
         if branch in th:
             ax.plot([0], [th[branch]], "*", color=c, ms=12, label=f"{branch} branch, theory")
             if len(xs) >= 2:  # linear extrapolation in 1/d of the simulation means
                 w = 1 / np.maximum(se, 1e-12) ** 2
                 coef = np.polyfit(xs, mu, 1, w=np.sqrt(w))
                 xx = np.linspace(0, xs.max(), 20)
-                ax.plot(xx, np.polyval(coef, xx), "--", color=c, lw=1,
-                        label="fit a + b/d (simulation)")
-                numbers.append(dict(name=f"eps_g {branch} extrapolated d->inf", value=coef[1],
-                                    how=f"weighted linear fit in 1/d of d={ds}, {len(seeds)} "
-                                        f"seeds, alpha={alpha}, omega={omega}"))
-                numbers.append(dict(name=f"eps_g {branch} theory", value=th[branch],
-                                    how="replica fixed point (E1)"))
+                ax.plot(
+                    xx, np.polyval(coef, xx), "--", color=c, lw=1, label="fit a + b/d (simulation)"
+                )
+                numbers.append(
+                    dict(
+                        name=f"eps_g {branch} extrapolated d->inf",
+                        value=coef[1],
+                        how=f"weighted linear fit in 1/d of d={ds}, {len(seeds)} "
+                        f"seeds, alpha={alpha}, omega={omega}",
+                    )
+                )
+                numbers.append(
+                    dict(
+                        name=f"eps_g {branch} theory",
+                        value=th[branch],
+                        how="replica fixed point (E1)",
+                    )
+                )
     ax.set_xlabel(r"$1/d$")
     ax.set_ylabel(r"$\varepsilon_g$ (fresh samples, $/2d$)")
     ax.set_xlim(left=-0.0005)
     ax.legend(fontsize=7)
-    ax.set_title(rf"d-scaling at $\alpha$={alpha}, $\omega$={omega}, $\sigma$={SIGMA}, "
-                 rf"$\lambda$={LAM}: simulation $\to$ theory", fontsize=9)
+    ax.set_title(
+        rf"d-scaling at $\alpha$={alpha}, $\omega$={omega}, $\sigma$={SIGMA}, "
+        rf"$\lambda$={LAM}: simulation $\to$ theory",
+        fontsize=9,
+    )
     fig.tight_layout()
     path = atomic_savefig(fig, out_dir / "erm-d-scaling.png", dpi=120)
     plt.close(fig)

@@ -30,22 +30,32 @@ def plot_phase_heatmap(rows, heat: dict, p, path) -> Path:
     vmax = np.nanmax(np.abs(mean)) if np.isfinite(mean).any() else 1.0
     A, W = np.meshgrid(alphas, omegas)
     pc = ax.pcolormesh(A, W, mean, cmap="RdBu_r", vmin=-vmax, vmax=vmax, shading="nearest")
-    fig.colorbar(pc, ax=ax, label=rf"simulated $\Delta\varepsilon_t$ = $\varepsilon_t$(sem) − "
-                                  rf"$\varepsilon_t$(pos) (d={heat['d']}, {heat['seeds']} "
-                                  f"seed(s), {heat['method']})")
+    fig.colorbar(
+        pc,
+        ax=ax,
+        label=rf"simulated $\Delta\varepsilon_t$ = $\varepsilon_t$(sem) − "
+        rf"$\varepsilon_t$(pos) (d={heat['d']}, {heat['seeds']} "
+        f"seed(s), {heat['method']})",
+    )
     rows = sorted(rows, key=lambda r: r["omega"])
-    for key, style, name in (("alpha_c", "k-o", r"$\alpha_c(\omega)$ theory"),
-                             ("alpha_l", "k--s", r"$\alpha_l(\omega)$ theory")):
-        pts = [(r[key], r["omega"]) for r in rows
-               if r.get(key) is not None and math.isfinite(r[key])]
+    for key, style, name in (
+        ("alpha_c", "k-o", r"$\alpha_c(\omega)$ theory"),
+        ("alpha_l", "k--s", r"$\alpha_l(\omega)$ theory"),
+    ):
+        pts = [
+            (r[key], r["omega"]) for r in rows if r.get(key) is not None and math.isfinite(r[key])
+        ]
         if pts:
             ax.plot(*zip(*pts), style, ms=4, lw=1.5, label=name)
     ax.set_xlim(min(alphas.min(), ax.get_xlim()[0]), max(alphas.max(), ax.get_xlim()[1]))
     ax.set_xlabel(r"sample ratio $\alpha = n/d$")
     ax.set_ylabel(r"teacher mixing $\omega$ (0 semantic, 1 positional)")
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(rf"$\sigma$={p.sigma:g}, $\lambda$={p.lam:g}: blue = semantic minimiser lower "
-                 "(simulation), lines = theory", fontsize=8)
+    ax.set_title(
+        rf"$\sigma$={p.sigma:g}, $\lambda$={p.lam:g}: blue = semantic minimiser lower "
+        "(simulation), lines = theory",
+        fontsize=8,
+    )
     fig.tight_layout()
     out = atomic_savefig(fig, path, dpi=120)
     plt.close(fig)

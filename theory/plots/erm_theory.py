@@ -16,8 +16,10 @@ from theory._util import atomic_savefig, atomic_write_text
 
 
 def _title(p, extra=""):
-    return (f"replica theory, σ={p.sigma:g}, λ={p.lam:g}, A=[[{p.A[0][0]:g},{p.A[0][1]:g}],"
-            f"[{p.A[1][0]:g},{p.A[1][1]:g}]]" + (f", {extra}" if extra else ""))
+    return (
+        f"replica theory, σ={p.sigma:g}, λ={p.lam:g}, A=[[{p.A[0][0]:g},{p.A[0][1]:g}],"
+        f"[{p.A[1][0]:g},{p.A[1][1]:g}]]" + (f", {extra}" if extra else "")
+    )
 
 
 def plot_curve(rows, p, path, *, alpha_c=None, alpha_l=None):
@@ -29,10 +31,17 @@ def plot_curve(rows, p, path, *, alpha_c=None, alpha_l=None):
     import matplotlib.pyplot as plt
 
     def series(kind, key):
-        rs = sorted((r for r in rows if r["kind"] == kind and r.get(key) is not None
-                     and r.get("status") in ("converged", "ok")
-                     and (kind in ("global", "baseline") or r.get("branch") == kind)),
-                    key=lambda r: r["alpha"])
+        rs = sorted(
+            (
+                r
+                for r in rows
+                if r["kind"] == kind
+                and r.get(key) is not None
+                and r.get("status") in ("converged", "ok")
+                and (kind in ("global", "baseline") or r.get("branch") == kind)
+            ),
+            key=lambda r: r["alpha"],
+        )
         return np.array([r["alpha"] for r in rs]), np.array([r[key] for r in rs], dtype=float)
 
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -87,10 +96,8 @@ def plot_phase_diagram(rows, p, path):
     ax.plot(w, al, "s--", color="C2", label="α_l(ω): ε_g = linear baseline (theory)")
     ax.set_xlabel("teacher mixing ω (0 semantic, 1 positional)")
     ax.set_ylabel("sample ratio α = n/d")
-    ax.text(0.05, 0.92, "semantic global minimiser above α_c", transform=ax.transAxes,
-            fontsize=8)
-    ax.text(0.05, 0.05, "positional global minimiser below α_c", transform=ax.transAxes,
-            fontsize=8)
+    ax.text(0.05, 0.92, "semantic global minimiser above α_c", transform=ax.transAxes, fontsize=8)
+    ax.text(0.05, 0.05, "positional global minimiser below α_c", transform=ax.transAxes, fontsize=8)
     ax.legend(fontsize=8, loc="center left")
     ax.set_title(_title(p), fontsize=8)
     fig.tight_layout()
@@ -119,14 +126,21 @@ def _fig_phase(out_dir: Path, quick: bool):
     w.writeheader()
     w.writerows(rows)
     files.append(atomic_write_text(out_dir / "erm-phase-diagram-theory.csv", buf.getvalue()))
-    how = (f"replica fixed points, split quadrature {rule.describe()}, adaptive bracket "
-           f"continued in omega + Brent (xtol {xtol:g}); {time.time() - t0:.0f} s")
+    how = (
+        f"replica fixed points, split quadrature {rule.describe()}, adaptive bracket "
+        f"continued in omega + Brent (xtol {xtol:g}); {time.time() - t0:.0f} s"
+    )
     numbers = []
     for r in rows:
         numbers.append(dict(name=f"alpha_c(omega={r['omega']:.3g})", value=r["alpha_c"], how=how))
         numbers.append(dict(name=f"alpha_l(omega={r['omega']:.3g})", value=r["alpha_l"], how=how))
-    numbers.append(dict(name="eps_g_lin(omega=0.3)", value=ps.linear_baseline(p.replace(omega=0.3)),
-                        how="closed-form 2-D Gauss-Hermite (160^2 nodes) of Var softmax"))
+    numbers.append(
+        dict(
+            name="eps_g_lin(omega=0.3)",
+            value=ps.linear_baseline(p.replace(omega=0.3)),
+            how="closed-form 2-D Gauss-Hermite (160^2 nodes) of Var softmax",
+        )
+    )
     return dict(files=[str(f) for f in files], numbers=numbers)
 
 

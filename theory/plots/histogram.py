@@ -45,13 +45,24 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
             loss = np.array([r.history[f"{key}_loss"][:n_ep] for r in results])
             for ax, arr in ((ax_acc, acc), (ax_err, 1 - acc), (ax_loss, loss)):
                 mean = arr.mean(0)
-                ax.plot(ep, mean, ls=ls, color=c, lw=1.5,
-                        label=f"{variant}, {lab} (simulation, {len(results)} "
-                              f"seed{'s' if len(results) > 1 else ''})")
+                ax.plot(
+                    ep,
+                    mean,
+                    ls=ls,
+                    color=c,
+                    lw=1.5,
+                    label=f"{variant}, {lab} (simulation, {len(results)} "
+                    f"seed{'s' if len(results) > 1 else ''})",
+                )
                 if len(results) > 1:
                     ax.fill_between(ep, arr.min(0), arr.max(0), color=c, alpha=0.2, lw=0)
-    ax_acc.axhline(CHANCE_ACCURACY, color="gray", ls=":", lw=1,
-                   label=f"majority class (count 1): {CHANCE_ACCURACY:.3f}")
+    ax_acc.axhline(
+        CHANCE_ACCURACY,
+        color="gray",
+        ls=":",
+        lw=1,
+        label=f"majority class (count 1): {CHANCE_ACCURACY:.3f}",
+    )
     ax_acc.set_xlabel("epoch")
     ax_acc.set_ylabel("per-token accuracy (fraction of counts exactly right)")
     ax_acc.set_ylim(0.5, 1.005)
@@ -69,8 +80,12 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
         ax.grid(alpha=0.3)
         if n_max > 50:
             ax.set_xscale("log")
-    fig.suptitle(title or "histogram task: one attention layer, semantic vs positional "
-                 "(shaded: min..max over seeds)", fontsize=10)
+    fig.suptitle(
+        title
+        or "histogram task: one attention layer, semantic vs positional "
+        "(shaded: min..max over seeds)",
+        fontsize=10,
+    )
     fig.tight_layout()
     if out is not None:
         from theory._util import atomic_savefig
@@ -90,8 +105,9 @@ def plot_attention_maps(models: dict, sequences=SEQUENCES, out=None, *, title: s
 
     seqs = list(sequences)
     tokens = np.array([encode(s) for s in seqs])
-    fig, axes = plt.subplots(len(models), len(seqs), figsize=(3.4 * len(seqs) + 0.8,
-                                                             3.3 * len(models)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(models), len(seqs), figsize=(3.4 * len(seqs) + 0.8, 3.3 * len(models)), squeeze=False
+    )
     im = None
     maps = {v: attention(res.theta, tokens, v) for v, res in models.items()}
     vmax = max(float(A.max()) for A in maps.values())
@@ -107,8 +123,12 @@ def plot_attention_maps(models: dict, sequences=SEQUENCES, out=None, *, title: s
                 ax.set_ylabel(f"{variant} model\nquery token", fontsize=9)
             ax.set_title(f"{s}  ({variant}, val acc {res.val_accuracy:.3f})", fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight (rows sum to 1)")
-    fig.suptitle(title or "learned attention maps (simulation): positional attends by offset, "
-                 "semantic to equal tokens", fontsize=10)
+    fig.suptitle(
+        title
+        or "learned attention maps (simulation): positional attends by offset, "
+        "semantic to equal tokens",
+        fontsize=10,
+    )
     if out is not None:
         from theory._util import atomic_savefig
 
@@ -162,13 +182,17 @@ def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
             res = None
             if not quick and path.exists():
                 res = load_model(path)
-                if (res.epochs != cfg["epochs"] or res.params.get("n_train") != len(data.x_train)
-                        or res.params.get("data_seed") != 0):
+                if (
+                    res.epochs != cfg["epochs"]
+                    or res.params.get("n_train") != len(data.x_train)
+                    or res.params.get("data_seed") != 0
+                ):
                     res = None
             if res is None:
                 ck = None if quick else Path(out_dir) / ".histogram-checkpoints"
-                res = train(data, variant, cfg["epochs"], seed=seed, checkpoint=ck,
-                            progress=not quick)
+                res = train(
+                    data, variant, cfg["epochs"], seed=seed, checkpoint=ck, progress=not quick
+                )
                 if not quick:
                     save_model(path, res)
             runs[variant].append(res)
@@ -177,9 +201,11 @@ def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
 
 
 def _how(cfg, data, quick):
-    return (f"{'quick' if quick else 'full'} mode: {cfg['n_sequences']} sequences drawn (seed 0), "
-            f"{len(data.x_train)} train / {len(data.x_val)} validation after dedup, Adam lr 1e-3 "
-            f"batch 32, {cfg['epochs']} epochs, seeds {list(cfg['seeds'])}; mean over seeds")
+    return (
+        f"{'quick' if quick else 'full'} mode: {cfg['n_sequences']} sequences drawn (seed 0), "
+        f"{len(data.x_train)} train / {len(data.x_val)} validation after dedup, Adam lr 1e-3 "
+        f"batch 32, {cfg['epochs']} epochs, seeds {list(cfg['seeds'])}; mean over seeds"
+    )
 
 
 @blas_threads(1)
@@ -187,16 +213,26 @@ def fig_learning_curves(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
     runs, data, cfg = _runs(out_dir, quick)
     out = out_dir / "histogram-learning-curves.png"
-    plot_learning_curves(runs, out, title=(
-        f"histogram task (L=10, T=15, d=64): {len(data.x_train)} train sequences, "
-        f"Adam lr 1e-3 batch 32, seeds {list(cfg['seeds'])} (shaded: min..max)"))
+    plot_learning_curves(
+        runs,
+        out,
+        title=(
+            f"histogram task (L=10, T=15, d=64): {len(data.x_train)} train sequences, "
+            f"Adam lr 1e-3 batch 32, seeds {list(cfg['seeds'])} (shaded: min..max)"
+        ),
+    )
     numbers = []
     for variant, results in runs.items():
         acc = [r.val_accuracy for r in results]
-        numbers.append(dict(name=f"histogram_val_accuracy_{variant}", value=float(np.mean(acc)),
-                            spread=float(np.max(acc) - np.min(acc)),
-                            how=f"per-token validation accuracy of the {variant} model; "
-                                + _how(cfg, data, quick)))
+        numbers.append(
+            dict(
+                name=f"histogram_val_accuracy_{variant}",
+                value=float(np.mean(acc)),
+                spread=float(np.max(acc) - np.min(acc)),
+                how=f"per-token validation accuracy of the {variant} model; "
+                + _how(cfg, data, quick),
+            )
+        )
     return dict(files=[out], numbers=numbers)
 
 
@@ -206,18 +242,29 @@ def fig_attention_maps(out_dir, quick: bool) -> dict:
     runs, data, cfg = _runs(out_dir, quick)
     models = {v: runs[v][0] for v in ("positional", "semantic")}
     out = out_dir / "histogram-attention-maps.png"
-    plot_attention_maps(models, SEQUENCES, out, title=(
-        f"learned attention (seed {cfg['seeds'][0]}, {cfg['epochs']} epochs, "
-        f"{len(data.x_train)} train sequences): positional by offset, semantic to equal tokens"))
+    plot_attention_maps(
+        models,
+        SEQUENCES,
+        out,
+        title=(
+            f"learned attention (seed {cfg['seeds'][0]}, {cfg['epochs']} epochs, "
+            f"{len(data.x_train)} train sequences): positional by offset, semantic to equal tokens"
+        ),
+    )
     numbers = []
     for v, m in models.items():
         value, base = same_token_mass(m.theta, data.x_val, v)
-        numbers.append(dict(
-            name=f"histogram_same_token_attention_{v}", value=value, uniform_baseline=base,
-            how=f"share of a query's attention off the diagonal that goes to other positions "
+        numbers.append(
+            dict(
+                name=f"histogram_same_token_attention_{v}",
+                value=value,
+                uniform_baseline=base,
+                how=f"share of a query's attention off the diagonal that goes to other positions "
                 f"with its own token (queries whose token repeats; uniform attention gives "
                 f"{base:.3f}), {len(data.x_val)} validation sequences, {v} model seed "
-                f"{cfg['seeds'][0]}; " + _how(cfg, data, quick)))
+                f"{cfg['seeds'][0]}; " + _how(cfg, data, quick),
+            )
+        )
     return dict(files=[out], numbers=numbers)
 
 

@@ -45,13 +45,24 @@ def _runs(out_dir, name, model, d, lr, seeds, quick, **kw):
     from theory.simulate.sgd import as_spec, simulate_seeds
 
     spec = as_spec(model)
-    key = json.dumps(dict(spec=spec.describe(), d=d, lr=lr, kw={k: repr(v) for k, v in
-                                                              sorted(kw.items())}),
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        dict(spec=spec.describe(), d=d, lr=lr, kw={k: repr(v) for k, v in sorted(kw.items())}),
+        sort_keys=True,
+        default=str,
+    )
     h = hashlib.sha1(key.encode()).hexdigest()[:12]
     path = Path(out_dir) / ".sgd-runs" / f"{name}-{h}.jsonl"
-    return simulate_seeds(spec, d, lr, list(seeds), reduced=True, workers=_workers(quick),
-                          progress=True, out=path, **kw)
+    return simulate_seeds(
+        spec,
+        d,
+        lr,
+        list(seeds),
+        reduced=True,
+        workers=_workers(quick),
+        progress=True,
+        out=path,
+        **kw,
+    )
 
 
 def _fig(nrows=1, ncols=1, **kw):
@@ -103,8 +114,19 @@ def fig_trajectories(out_dir, quick):
         t_end = float(ode.t[half[0]]) * 3.0 if len(half) else float(ode.t[-1])
         t_end = min(t_end, float(ode.t[-1]))
         steps = int(math.ceil(t_end * d / lr))
-        res = _runs(out_dir, f"traj-sie{k}", model, d, lr, range(n_seeds), quick, steps=steps,
-                    m0=m0, eta=0.5, n_record=120)
+        res = _runs(
+            out_dir,
+            f"traj-sie{k}",
+            model,
+            d,
+            lr,
+            range(n_seeds),
+            quick,
+            steps=steps,
+            m0=m0,
+            eta=0.5,
+            n_record=120,
+        )
         M = np.abs(np.array([r.m for r in res]))
         t = res[0].t
         for row in M:
@@ -112,22 +134,40 @@ def fig_trajectories(out_dir, quick):
         mu = M.mean(0)
         se = M.std(0, ddof=1) / math.sqrt(len(M))
         sel = np.unique(np.linspace(1, len(t) - 1, 30).astype(int))
-        ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3.5, capsize=2, color="C0",
-                    label=f"SGD, mean ± SE of {len(M)} seeds (grey: single runs)")
-        ax.plot(ode.t[ode.t <= t_end], np.abs(ode.m[ode.t <= t_end]), color="C3", lw=2,
-                label="ODE (theory)")
+        ax.errorbar(
+            t[sel],
+            mu[sel],
+            yerr=se[sel],
+            fmt="o",
+            ms=3.5,
+            capsize=2,
+            color="C0",
+            label=f"SGD, mean ± SE of {len(M)} seeds (grey: single runs)",
+        )
+        ax.plot(
+            ode.t[ode.t <= t_end],
+            np.abs(ode.m[ode.t <= t_end]),
+            color="C3",
+            lw=2,
+            label="ODE (theory)",
+        )
         ax.set_xscale("log")
         ax.set_xlabel("t = γ ν / d")
         ax.set_ylabel("|m| = |w·w*| / d")
-        ax.set_title(f"SIE {k}: g = {expr}, σ = {act}\nd = {d}, γ = {lr:.3g}, m0 = 1/√d",
-                     fontsize=9)
+        ax.set_title(
+            f"SIE {k}: g = {expr}, σ = {act}\nd = {d}, γ = {lr:.3g}, m0 = 1/√d", fontsize=9
+        )
         ax.legend(fontsize=7, loc="upper left")
         # discrepancy at the end of the window
-        numbers.append(dict(
-            name=f"sgd_traj_sie{k}_final_m_sim_minus_ode",
-            value=float(mu[-1] - np.interp(t[-1], ode.t, np.abs(ode.m))),
-            how=f"mean |m| of {len(M)} reduced-SGD seeds at t = {t[-1]:.3g} minus the ODE value; "
-                f"tied network L=2, d={d}, gamma={lr:.3g}, m0=1/sqrt(d)"))
+        numbers.append(
+            dict(
+                name=f"sgd_traj_sie{k}_final_m_sim_minus_ode",
+                value=float(mu[-1] - np.interp(t[-1], ode.t, np.abs(ode.m))),
+                how=f"mean |m| of {len(M)} reduced-SGD seeds at t = {t[-1]:.3g} minus the ODE "
+                f"value; "
+                f"tied network L=2, d={d}, gamma={lr:.3g}, m0=1/sqrt(d)",
+            )
+        )
     return dict(files=[_save(fig, out_dir, "sgd-trajectories")], numbers=numbers)
 
 
@@ -142,26 +182,51 @@ def _trajectory_attention(ax, out_dir, quick, numbers):
     t_end = 30.0
     model = ssi.ps_model(a, om)
     ode = ssi.integrate_ode(model, lr, d, m0=m0, e0=e0, t_max=t_end)
-    res = _runs(out_dir, "traj-attention", model, d, lr, range(n_seeds), quick,
-                steps=int(t_end * d / lr), m0=m0, e0=e0, n_record=120)
+    res = _runs(
+        out_dir,
+        "traj-attention",
+        model,
+        d,
+        lr,
+        range(n_seeds),
+        quick,
+        steps=int(t_end * d / lr),
+        m0=m0,
+        e0=e0,
+        n_record=120,
+    )
     t = res[0].t
     for j, key in enumerate(("m", "e")):
         A = np.array([getattr(r, key) for r in res])
         mu, se = A.mean(0), A.std(0, ddof=1) / math.sqrt(len(A))
         sel = np.unique(np.linspace(1, len(t) - 1, 30).astype(int))
-        ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3.5, capsize=2, color=f"C{j}",
-                    label=f"{key}: SGD, mean ± SE of {len(A)} seeds")
+        ax.errorbar(
+            t[sel],
+            mu[sel],
+            yerr=se[sel],
+            fmt="o",
+            ms=3.5,
+            capsize=2,
+            color=f"C{j}",
+            label=f"{key}: SGD, mean ± SE of {len(A)} seeds",
+        )
         ax.plot(ode.t, getattr(ode, key), color=f"C{j}", lw=1.8, label=f"{key}: ODE (theory)")
-        numbers.append(dict(
-            name=f"sgd_traj_attention_final_{key}_sim_minus_ode",
-            value=float(mu[-1] - np.interp(t[-1], ode.t, getattr(ode, key))),
-            how=f"mean {key} of {len(A)} reduced-SGD seeds at t={t[-1]:.3g} minus the ODE; "
-                f"attention a=1 omega=0.5 P1=-P2, d={d}, gamma={lr}, (e0, m0)=(0.05, 0.05)"))
+        numbers.append(
+            dict(
+                name=f"sgd_traj_attention_final_{key}_sim_minus_ode",
+                value=float(mu[-1] - np.interp(t[-1], ode.t, getattr(ode, key))),
+                how=f"mean {key} of {len(A)} reduced-SGD seeds at t={t[-1]:.3g} minus the ODE; "
+                f"attention a=1 omega=0.5 P1=-P2, d={d}, gamma={lr}, (e0, m0)=(0.05, 0.05)",
+            )
+        )
     ax.set_xscale("log")
     ax.set_xlabel("t = γ ν / d")
     ax.set_ylabel("overlaps e = p·w/√d, m = w·w*/d")
-    ax.set_title(f"attention, PS target a = {a}, ω = {om}, P1 = −P2\n"
-                 f"d = {d}, γ = {lr}, (e0, m0) = ({e0}, {m0})", fontsize=9)
+    ax.set_title(
+        f"attention, PS target a = {a}, ω = {om}, P1 = −P2\n"
+        f"d = {d}, γ = {lr}, (e0, m0) = ({e0}, {m0})",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="center left")
 
 
@@ -170,13 +235,18 @@ def _trajectory_attention(ax, out_dir, quick, numbers):
 
 def _escape_setup(quick):
     if quick:
-        ds = {1: [100, 316, 1000, 3162, 10_000], 2: [100, 316, 1000, 3162, 10_000],
-              3: [10, 32, 100, 316, 1000]}
+        ds = {
+            1: [100, 316, 1000, 3162, 10_000],
+            2: [100, 316, 1000, 3162, 10_000],
+            3: [10, 32, 100, 316, 1000],
+        }
         seeds = {1: 8, 2: 8, 3: 6}
     else:
-        ds = {1: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
-              2: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
-              3: [32, 100, 316, 1000, 3162]}
+        ds = {
+            1: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
+            2: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
+            3: [32, 100, 316, 1000, 3162],
+        }
         seeds = {1: 32, 2: 32, 3: 16}
     # best admissible step sizes of spec section 5: O(1), O(1/log d), O(1/sqrt(d))
     lr = {1: lambda d: 0.5, 2: lambda d: 0.1 / math.log(d), 3: lambda d: 0.5 / math.sqrt(d)}
@@ -201,11 +271,23 @@ def fig_escape(out_dir, quick):
         model = _tied(expr, act)
         mean, se = [], []
         for d in ds[k]:
-            res = _runs(out_dir, f"escape-sie{k}", model, d, lrule[k](d), range(nseeds[k]), quick,
-                        m0=1 / math.sqrt(d), eta=eta, margin=0.0, t_margin=0.0,
-                        max_steps=int(30 * float(_scale(k, d))) + 100_000)
-            nu = np.array([np.nan if r.steps_escape is None else r.steps_escape for r in res],
-                          float)
+            res = _runs(
+                out_dir,
+                f"escape-sie{k}",
+                model,
+                d,
+                lrule[k](d),
+                range(nseeds[k]),
+                quick,
+                m0=1 / math.sqrt(d),
+                eta=eta,
+                margin=0.0,
+                t_margin=0.0,
+                max_steps=int(30 * float(_scale(k, d))) + 100_000,
+            )
+            nu = np.array(
+                [np.nan if r.steps_escape is None else r.steps_escape for r in res], float
+            )
             censored[k] += int(np.isnan(nu).sum())
             mean.append(np.nanmean(nu))
             se.append(np.nanstd(nu, ddof=1) / math.sqrt(np.isfinite(nu).sum()))
@@ -213,29 +295,53 @@ def fig_escape(out_dir, quick):
         mean, se = np.array(mean), np.array(se)
         slope_d = np.polyfit(np.log(d_arr), np.log(mean), 1)[0]
         slope_s = np.polyfit(np.log(_scale(k, d_arr)), np.log(mean), 1)[0]
-        axes[0].errorbar(d_arr, mean, yerr=se, fmt="o", capsize=2, color=f"C{k - 1}",
-                         label=f"SIE {k} (SGD): slope {slope_d:.2f} in d")
+        axes[0].errorbar(
+            d_arr,
+            mean,
+            yerr=se,
+            fmt="o",
+            capsize=2,
+            color=f"C{k - 1}",
+            label=f"SIE {k} (SGD): slope {slope_d:.2f} in d",
+        )
         ref = _scale(k, d_arr)
-        axes[0].plot(d_arr, ref * mean[-1] / ref[-1], "--", color=f"C{k - 1}",
-                     label=f"∝ {names[k]} (theory)")
-        axes[1].errorbar(d_arr, mean / _scale(k, d_arr), yerr=se / _scale(k, d_arr), fmt="o-",
-                         capsize=2, color=f"C{k - 1}",
-                         label=f"SIE {k}: ν / ({names[k]}), log-log slope {slope_s - 1:+.2f}")
-        how = (f"least squares of log(mean nu_eta) on log d, tied net L=2 {expr} sigma={act}, "
-               f"eta={eta}, m0=1/sqrt(d), gamma={['0.5', '0.1/log d', '0.5/sqrt d'][k - 1]}, "
-               f"d={ds[k][0]}..{ds[k][-1]}, {nseeds[k]} seeds per d, exact reduced SGD; "
-               f"{censored[k]} runs without recovery within 30x the predicted scale excluded")
+        axes[0].plot(
+            d_arr, ref * mean[-1] / ref[-1], "--", color=f"C{k - 1}", label=f"∝ {names[k]} (theory)"
+        )
+        axes[1].errorbar(
+            d_arr,
+            mean / _scale(k, d_arr),
+            yerr=se / _scale(k, d_arr),
+            fmt="o-",
+            capsize=2,
+            color=f"C{k - 1}",
+            label=f"SIE {k}: ν / ({names[k]}), log-log slope {slope_s - 1:+.2f}",
+        )
+        how = (
+            f"least squares of log(mean nu_eta) on log d, tied net L=2 {expr} sigma={act}, "
+            f"eta={eta}, m0=1/sqrt(d), gamma={['0.5', '0.1/log d', '0.5/sqrt d'][k - 1]}, "
+            f"d={ds[k][0]}..{ds[k][-1]}, {nseeds[k]} seeds per d, exact reduced SGD; "
+            f"{censored[k]} runs without recovery within 30x the predicted scale excluded"
+        )
         numbers.append(dict(name=f"sgd_escape_slope_sie{k}", value=float(slope_d), how=how))
-        numbers.append(dict(name=f"sgd_escape_slope_vs_scale_sie{k}", value=float(slope_s),
-                            how=f"slope of log(mean nu_eta) on log({names[k]}) (1 = the "
-                                f"predicted scaling); same runs"))
+        numbers.append(
+            dict(
+                name=f"sgd_escape_slope_vs_scale_sie{k}",
+                value=float(slope_s),
+                how=f"slope of log(mean nu_eta) on log({names[k]}) (1 = the "
+                f"predicted scaling); same runs",
+            )
+        )
     ax = axes[0]
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("d")
     ax.set_ylabel("weak-recovery step ν_η (mean ± SE)")
-    ax.set_title(f"escape to |m| ≥ η = {eta} from m0 = 1/√d at the best admissible γ\n"
-                 "γ = 0.5 (SIE 1), 0.1/log d (SIE 2), 0.5/√d (SIE 3)", fontsize=9)
+    ax.set_title(
+        f"escape to |m| ≥ η = {eta} from m0 = 1/√d at the best admissible γ\n"
+        "γ = 0.5 (SIE 1), 0.1/log d (SIE 2), 0.5/√d (SIE 3)",
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
     ax = axes[1]
     ax.set_xscale("log")
@@ -287,59 +393,142 @@ def fig_gain(out_dir, quick):
     numbers = []
     cache = Path(out_dir) / ".sgd-runs"
     for ax, (fam, label, lr) in zip(axes, setups):
-        opt = gain_curve(fam, Ls, simulate=True, d=d, lr=lr, seeds=seeds, step_rule="optimal",
-                         activation="relu", eta=0.5, workers=_workers(quick),
-                         lr_factors=factors, untied_norms=("rows", "flat"), cache_dir=cache,
-                         progress=True)
-        eq = gain_curve(fam, Ls, simulate=True, d=d, lr=lr, seeds=seeds, step_rule="equal",
-                        activation="relu", eta=0.5, workers=_workers(quick), ode=True,
-                        cache_dir=cache, progress=True)
+        opt = gain_curve(
+            fam,
+            Ls,
+            simulate=True,
+            d=d,
+            lr=lr,
+            seeds=seeds,
+            step_rule="optimal",
+            activation="relu",
+            eta=0.5,
+            workers=_workers(quick),
+            lr_factors=factors,
+            untied_norms=("rows", "flat"),
+            cache_dir=cache,
+            progress=True,
+        )
+        eq = gain_curve(
+            fam,
+            Ls,
+            simulate=True,
+            d=d,
+            lr=lr,
+            seeds=seeds,
+            step_rule="equal",
+            activation="relu",
+            eta=0.5,
+            workers=_workers(quick),
+            ode=True,
+            cache_dir=cache,
+            progress=True,
+        )
         L_arr = np.array(Ls, float)
-        get = lambda rows, k: np.array([np.nan if r.get(k) is None else r[k] for r in rows],
-                                       float)
-        ax.plot(L_arr, get(opt, "gain_optimal"), "--", color="C1",
-                label="spec §5 formula, optimal γ (ratio², = L²)")
-        ax.plot(L_arr, get(opt, "gain_optimal_closed"), ":", color="k", lw=2.2,
-                label="package ODE, closed form (optimal γ and equal small γ: L)")
-        ax.plot(L_arr, get(opt, "gain_optimal_ode"), "-", color="C1",
-                label="package ODE, minimised over γ (random-start average)")
-        ax.plot(L_arr, get(eq, "gain_equal_ode"), "-", color="C0",
-                label=f"package ODE, equal γ = {lr} (random-start average)")
-        series = [(eq, "", "C0", "o", f"SGD, equal γ = {lr}", "equal"),
-                  (opt, "", "C1", "s", "SGD, best γ per network (per-row spheres)", "optimal"),
-                  (opt, "_flat", "C2", "^", "SGD, best γ, flattened untied W (one sphere)",
-                   "optimal_flat")]
+        get = lambda rows, k: np.array([np.nan if r.get(k) is None else r[k] for r in rows], float)
+        ax.plot(
+            L_arr,
+            get(opt, "gain_optimal"),
+            "--",
+            color="C1",
+            label="spec §5 formula, optimal γ (ratio², = L²)",
+        )
+        ax.plot(
+            L_arr,
+            get(opt, "gain_optimal_closed"),
+            ":",
+            color="k",
+            lw=2.2,
+            label="package ODE, closed form (optimal γ and equal small γ: L)",
+        )
+        ax.plot(
+            L_arr,
+            get(opt, "gain_optimal_ode"),
+            "-",
+            color="C1",
+            label="package ODE, minimised over γ (random-start average)",
+        )
+        ax.plot(
+            L_arr,
+            get(eq, "gain_equal_ode"),
+            "-",
+            color="C0",
+            label=f"package ODE, equal γ = {lr} (random-start average)",
+        )
+        series = [
+            (eq, "", "C0", "o", f"SGD, equal γ = {lr}", "equal"),
+            (opt, "", "C1", "s", "SGD, best γ per network (per-row spheres)", "optimal"),
+            (
+                opt,
+                "_flat",
+                "C2",
+                "^",
+                "SGD, best γ, flattened untied W (one sphere)",
+                "optimal_flat",
+            ),
+        ]
         for rows, sfx, col, mk, lab, tag in series:
             g, e = get(rows, f"gain_sim{sfx}"), get(rows, f"gain_sim{sfx}_err")
             slope, serr = _loglog_slope(L_arr, g, e)
-            ax.errorbar(L_arr, g, yerr=e, fmt=mk, ms=5, capsize=2, color=col, mfc="none",
-                        label=f"{lab}: slope {slope:.2f} ± {serr:.2f}")
-            grid_txt = ("equal gamma=" + str(lr)) if tag == "equal" else (
-                f"best of the ODE-optimal gamma of each network x {list(factors)}")
-            numbers.append(dict(
-                name=f"sgd_gain_{fam}_{tag}_slope", value=slope,
-                how=f"weighted log-log slope (SE {serr:.3f}) of simulated nu_untied/nu_tied vs "
+            ax.errorbar(
+                L_arr,
+                g,
+                yerr=e,
+                fmt=mk,
+                ms=5,
+                capsize=2,
+                color=col,
+                mfc="none",
+                label=f"{lab}: slope {slope:.2f} ± {serr:.2f}",
+            )
+            grid_txt = (
+                ("equal gamma=" + str(lr))
+                if tag == "equal"
+                else (f"best of the ODE-optimal gamma of each network x {list(factors)}")
+            )
+            numbers.append(
+                dict(
+                    name=f"sgd_gain_{fam}_{tag}_slope",
+                    value=slope,
+                    how=f"weighted log-log slope (SE {serr:.3f}) of simulated nu_untied/nu_tied vs "
                     f"L={Ls[0]}..{Ls[-1]}, relu, d={d}, eta=0.5, {seeds} seeds, {grid_txt}; "
-                    "exact reduced SGD" + ("; untied W renormalised as one vector of R^{Ld}"
-                                           if sfx else "; untied rows on their own spheres")))
+                    "exact reduced SGD"
+                    + (
+                        "; untied W renormalised as one vector of R^{Ld}"
+                        if sfx
+                        else "; untied rows on their own spheres"
+                    ),
+                )
+            )
             rule = "equal" if tag == "equal" else "optimal"
             ode_last = get(rows, f"gain_{rule}_ode")[-1]
             spec_last = get(rows, f"gain_{rule}")[-1]
-            numbers.append(dict(
-                name=f"sgd_gain_{fam}_{tag}_Lmax", value=float(g[-1]),
-                how=f"simulated gain at L={Ls[-1]} (+- {e[-1]:.3g}); ODE prediction "
-                    f"{ode_last:.3g}, spec formula {spec_last:.3g}"))
+            numbers.append(
+                dict(
+                    name=f"sgd_gain_{fam}_{tag}_Lmax",
+                    value=float(g[-1]),
+                    how=f"simulated gain at L={Ls[-1]} (+- {e[-1]:.3g}); ODE prediction "
+                    f"{ode_last:.3g}, spec formula {spec_last:.3g}",
+                )
+            )
         s_ode, _ = _loglog_slope(L_arr, get(opt, "gain_optimal_ode"), np.full(len(L_arr), 0.01))
-        numbers.append(dict(
-            name=f"sgd_gain_{fam}_optimal_ode_slope", value=s_ode,
-            how="log-log slope of the ODE's optimal-step gain (theory.simulate.gain.ode_gains, "
-                f"random-start-average start, d={d}, eta=0.5) over the same L"))
+        numbers.append(
+            dict(
+                name=f"sgd_gain_{fam}_optimal_ode_slope",
+                value=s_ode,
+                how="log-log slope of the ODE's optimal-step gain (theory.simulate.gain.ode_gains, "
+                f"random-start-average start, d={d}, eta=0.5) over the same L",
+            )
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("sequence length L")
         ax.set_ylabel("gain ν_untied / ν_tied (weak recovery, η = 0.5)")
-        ax.set_title(f"target {label}, ReLU, d = {d}, {seeds} seeds per point\n"
-                     "theory lines: spec formula vs the package's ODE", fontsize=9)
+        ax.set_title(
+            f"target {label}, ReLU, d = {d}, {seeds} seeds per point\n"
+            "theory lines: spec formula vs the package's ODE",
+            fontsize=9,
+        )
         ax.legend(fontsize=6.5, loc="upper left")
     return dict(files=[_save(fig, out_dir, "sgd-gain")], numbers=numbers)
 
@@ -362,30 +551,60 @@ def fig_pathological(out_dir, quick):
         for j, cls in enumerate((ssi.TiedNetwork, ssi.UntiedNetwork)):
             model = cls(expr, L=2, activation=act)
             name = "tied" if j == 0 else "untied"
-            res = _runs(out_dir, f"patho-{name}", model, d, lr, range(n_seeds), quick,
-                        steps=steps, m0=1 / math.sqrt(d), n_record=80)
+            res = _runs(
+                out_dir,
+                f"patho-{name}",
+                model,
+                d,
+                lr,
+                range(n_seeds),
+                quick,
+                steps=steps,
+                m0=1 / math.sqrt(d),
+                n_record=80,
+            )
             M = np.abs(np.array([r.m for r in res]))
             t = res[0].t
             mu, se = M.mean(0), M.std(0, ddof=1) / math.sqrt(len(M))
             sel = np.unique(np.linspace(1, len(t) - 1, 30).astype(int))
-            ax.errorbar(t[sel], mu[sel], yerr=se[sel], fmt="o", ms=3, capsize=2,
-                        color=f"C{j}", label=f"{name} SGD (mean ± SE, {len(M)} seeds)")
+            ax.errorbar(
+                t[sel],
+                mu[sel],
+                yerr=se[sel],
+                fmt="o",
+                ms=3,
+                capsize=2,
+                color=f"C{j}",
+                label=f"{name} SGD (mean ± SE, {len(M)} seeds)",
+            )
             try:
                 ode = ssi.integrate_ode(model, lr, d, m0=1 / math.sqrt(d), t_max=t_end)
                 ax.plot(ode.t, np.abs(ode.m), color=f"C{j}", lw=1.8, label=f"{name} ODE")
             except Exception as exc:  # the ODE is another module's; keep the SGD figure
-                ax.text(0.02, 0.5 - 0.1 * j, f"{name} ODE unavailable: {exc}"[:70],
-                        transform=ax.transAxes, fontsize=6)
-            numbers.append(dict(name=f"sgd_pathological_{name}_{expr.replace(' ', '')}_final_m",
-                                value=float(mu[-1]),
-                                how=f"mean |m| (untied: ||W w*/d||/sqrt(L)) at t={t_end} over "
-                                    f"{len(M)} seeds, sigma={act}, d={d}, gamma={lr}, "
-                                    "m0=1/sqrt(d), reduced SGD"))
+                ax.text(
+                    0.02,
+                    0.5 - 0.1 * j,
+                    f"{name} ODE unavailable: {exc}"[:70],
+                    transform=ax.transAxes,
+                    fontsize=6,
+                )
+            numbers.append(
+                dict(
+                    name=f"sgd_pathological_{name}_{expr.replace(' ', '')}_final_m",
+                    value=float(mu[-1]),
+                    how=f"mean |m| (untied: ||W w*/d||/sqrt(L)) at t={t_end} over "
+                    f"{len(M)} seeds, sigma={act}, d={d}, gamma={lr}, "
+                    "m0=1/sqrt(d), reduced SGD",
+                )
+            )
         ax.set_xscale("log")
         ax.set_xlabel("t = γ ν / d")
         ax.set_ylabel("|m| (untied: ||W w*/d|| / √L)")
-        ax.set_title(f"target {expr}, σ = {act}, L = 2, d = {d}, γ = {lr}\n"
-                     "tied contraction C·(1,1) = 0: tied stuck, untied learns", fontsize=9)
+        ax.set_title(
+            f"target {expr}, σ = {act}, L = 2, d = {d}, γ = {lr}\n"
+            "tied contraction C·(1,1) = 0: tied stuck, untied learns",
+            fontsize=9,
+        )
         ax.legend(fontsize=7)
     return dict(files=[_save(fig, out_dir, "sgd-pathological")], numbers=numbers)
 
@@ -407,9 +626,21 @@ def fig_fraction_positional(out_dir, quick):
     frac, err, frac_other = [], [], []
     for om in omegas:
         model = ssi.ps_model(a, float(om))
-        res = _runs(out_dir, "fracpos", model, d, lr, range(n_seeds), quick, start="origin",
-                    eta=0.3, margin=1.0, t_margin=10.0, max_steps=int(200 * d / lr),
-                    n_record=20)
+        res = _runs(
+            out_dir,
+            "fracpos",
+            model,
+            d,
+            lr,
+            range(n_seeds),
+            quick,
+            start="origin",
+            eta=0.3,
+            margin=1.0,
+            t_margin=10.0,
+            max_steps=int(200 * d / lr),
+            n_record=20,
+        )
         mins = [r.minimum for r in res]
         p = np.mean([mm == "positional" for mm in mins])
         frac.append(p)
@@ -418,21 +649,34 @@ def fig_fraction_positional(out_dir, quick):
     b = ssi.boundaries(a)
     sw = b["omega_steepest_switch"]
     fig, ax = _fig(figsize=(6.4, 4.4))
-    ax.errorbar(omegas, frac, yerr=err, fmt="o-", capsize=2,
-                label=f"SGD: fraction ending positional ({n_seeds} runs/ω, binomial SE)")
+    ax.errorbar(
+        omegas,
+        frac,
+        yerr=err,
+        fmt="o-",
+        capsize=2,
+        label=f"SGD: fraction ending positional ({n_seeds} runs/ω, binomial SE)",
+    )
     ax.plot(omegas, frac_other, "x:", color="0.5", label="fraction unclassified ('other')")
     if sw is not None:
-        ax.axvline(sw, color="C3", ls="--", label=f"theory: steepest direction switches, ω = "
-                                                   f"{sw:.3f}")
+        ax.axvline(
+            sw, color="C3", ls="--", label=f"theory: steepest direction switches, ω = {sw:.3f}"
+        )
     if b.get("omega_global_switch") is not None:
-        ax.axvline(b["omega_global_switch"], color="C2", ls=":",
-                   label=f"theory: global minimum switches, ω = {b['omega_global_switch']:.3f}")
+        ax.axvline(
+            b["omega_global_switch"],
+            color="C2",
+            ls=":",
+            label=f"theory: global minimum switches, ω = {b['omega_global_switch']:.3f}",
+        )
     ax.set_xlabel("ω (weight of the positional part of the target)")
     ax.set_ylabel("fraction of runs")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"attention, L = 2, P1 = −P2, a = {a}, d = {d}, γ = {lr}, start (e, m) = (0, 0),"
-                 "\nstate classified after escape (||(e,m)|| ≥ 0.3) + as long again + t = 10",
-                 fontsize=9)
+    ax.set_title(
+        f"attention, L = 2, P1 = −P2, a = {a}, d = {d}, γ = {lr}, start (e, m) = (0, 0),"
+        "\nstate classified after escape (||(e,m)|| ≥ 0.3) + as long again + t = 10",
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
     # crossing point of the empirical fraction with 1/2
     fr = np.array(frac)
@@ -443,12 +687,18 @@ def fig_fraction_positional(out_dir, quick):
     else:
         cross = float("nan")
     numbers = [
-        dict(name="sgd_fraction_positional_half_omega", value=cross,
-             how=f"omega where the fraction of runs ending positional crosses 1/2 (linear "
-                 f"interpolation), a=1, d={d}, gamma={lr}, {n_seeds} runs per omega, start at "
-                 "the origin, reduced SGD run past escape (eta=0.3) by as long again + t=10"),
-        dict(name="sgd_theory_omega_steepest_switch", value=sw,
-             how="theory.models.ssi.boundaries(1.0)['omega_steepest_switch']"),
+        dict(
+            name="sgd_fraction_positional_half_omega",
+            value=cross,
+            how=f"omega where the fraction of runs ending positional crosses 1/2 (linear "
+            f"interpolation), a=1, d={d}, gamma={lr}, {n_seeds} runs per omega, start at "
+            "the origin, reduced SGD run past escape (eta=0.3) by as long again + t=10",
+        ),
+        dict(
+            name="sgd_theory_omega_steepest_switch",
+            value=sw,
+            how="theory.models.ssi.boundaries(1.0)['omega_steepest_switch']",
+        ),
     ]
     return dict(files=[_save(fig, out_dir, "sgd-fraction-positional")], numbers=numbers)
 
@@ -464,8 +714,21 @@ def fig_landscape_trajectories(out_dir, quick):
     d, n_seeds = (1000, 6) if quick else (1000, 12)
     t_end = "escape + relaxation"
     model = ssi.ps_model(a, om)
-    res = _runs(out_dir, "landscape", model, d, lr, range(n_seeds), quick, start="origin",
-                eta=0.3, margin=1.0, t_margin=25.0, max_steps=int(200 * d / lr), n_record=150)
+    res = _runs(
+        out_dir,
+        "landscape",
+        model,
+        d,
+        lr,
+        range(n_seeds),
+        quick,
+        start="origin",
+        eta=0.3,
+        margin=1.0,
+        t_margin=25.0,
+        max_steps=int(200 * d / lr),
+        n_record=150,
+    )
     trajs = [(np.asarray(r.e, float), np.asarray(r.m, float)) for r in res]
     fig, ax = _fig(figsize=(6.2, 5.4))
     try:
@@ -473,17 +736,29 @@ def fig_landscape_trajectories(out_dir, quick):
 
         plot_landscape(a, om, trajectories=res, ax=ax)
     except ImportError:
-        ax.text(0.5, 0.5, "theory.plots.sgd_phase.plot_landscape unavailable",
-                transform=ax.transAxes, ha="center")
+        ax.text(
+            0.5,
+            0.5,
+            "theory.plots.sgd_phase.plot_landscape unavailable",
+            transform=ax.transAxes,
+            ha="center",
+        )
         for e, m in trajs:
             ax.plot(e, m, lw=0.8)
-    ax.set_title(f"risk landscape R(e, m) (theory) and SGD trajectories (simulation)\n"
-                 f"a = {a}, ω = {om}, d = {d}, γ = {lr}, {n_seeds} runs from the origin",
-                 fontsize=9)
+    ax.set_title(
+        f"risk landscape R(e, m) (theory) and SGD trajectories (simulation)\n"
+        f"a = {a}, ω = {om}, d = {d}, γ = {lr}, {n_seeds} runs from the origin",
+        fontsize=9,
+    )
     n_pos = sum(r.minimum == "positional" for r in res)
-    numbers = [dict(name="sgd_landscape_fraction_positional", value=n_pos / len(res),
-                    how=f"fraction of the {len(res)} plotted runs (a=1, omega=0.67, d={d}, "
-                        f"gamma={lr}) ending positional at t={t_end}")]
+    numbers = [
+        dict(
+            name="sgd_landscape_fraction_positional",
+            value=n_pos / len(res),
+            how=f"fraction of the {len(res)} plotted runs (a=1, omega=0.67, d={d}, "
+            f"gamma={lr}) ending positional at t={t_end}",
+        )
+    ]
     return dict(files=[_save(fig, out_dir, "sgd-landscape-trajectories")], numbers=numbers)
 
 

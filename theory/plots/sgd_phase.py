@@ -44,37 +44,66 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
         fig, ax = plt.subplots(figsize=(7.2, 5.4))
     a, om, reg = pdg["a"], pdg["omega"], pdg["region"]
     cmap = ListedColormap(REGION_COLORS)
-    ax.pcolormesh(a, om, np.ma.masked_less(reg, 0).T, cmap=cmap, vmin=-0.5, vmax=5.5,
-                  shading="nearest", rasterized=True)
+    ax.pcolormesh(
+        a,
+        om,
+        np.ma.masked_less(reg, 0).T,
+        cmap=cmap,
+        vmin=-0.5,
+        vmax=5.5,
+        shading="nearest",
+        rasterized=True,
+    )
     handles = [Patch(color=REGION_COLORS[i], label=name) for i, name in enumerate(ssi.REGIONS)]
     if np.any(reg < 0):
-        handles.append(Patch(facecolor="white", edgecolor="0.6",
-                             label="neither candidate is a boundary minimum"))
+        handles.append(
+            Patch(
+                facecolor="white", edgecolor="0.6", label="neither candidate is a boundary minimum"
+            )
+        )
     if "global_check" in pdg and not np.all(pdg["global_check"]):
         bad = (~np.asarray(pdg["global_check"])).astype(float).T
         ax.contourf(a, om, bad, levels=[0.5, 1.5], colors="none", hatches=["xxxx"])
-        handles.append(Patch(facecolor="none", edgecolor="k", hatch="xxxx",
-                             label="another boundary minimum is lower (disk scan)"))
+        handles.append(
+            Patch(
+                facecolor="none",
+                edgecolor="k",
+                hatch="xxxx",
+                label="another boundary minimum is lower (disk scan)",
+            )
+        )
     if boundaries:
         ab = np.linspace(a.min(), a.max(), n_boundary)
         rows = [ssi.boundaries(x, n=pdg.get("nodes", ssi.PD_NODES)) for x in ab]
-        styles = {"omega_steepest_switch": ("k", "--", "steepest direction switches"),
-                  "omega_global_switch": ("k", "-", "global minimum switches"),
-                  "omega_positional_min_appears": ("w", ":", "positional minimum appears"),
-                  "omega_semantic_min_disappears": ("w", "-.", "semantic minimum disappears")}
+        styles = {
+            "omega_steepest_switch": ("k", "--", "steepest direction switches"),
+            "omega_global_switch": ("k", "-", "global minimum switches"),
+            "omega_positional_min_appears": ("w", ":", "positional minimum appears"),
+            "omega_semantic_min_disappears": ("w", "-.", "semantic minimum disappears"),
+        }
         from matplotlib.lines import Line2D
 
         for key, (c, ls, lab) in styles.items():
             y = np.array([np.nan if r[key] is None else r[key] for r in rows])
             ax.plot(ab, y, color=c, ls=ls, lw=1.6)
-            handles.append(Line2D([], [], color=c if c != "w" else "0.5", ls=ls,
-                                  label=f"theory (Brent root): {lab}"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color=c if c != "w" else "0.5",
+                    ls=ls,
+                    label=f"theory (Brent root): {lab}",
+                )
+            )
     ax.set_xlim(a.min(), a.max())
     ax.set_ylim(om.min(), om.max())
     ax.set_xlabel("positional strength a")
     ax.set_ylabel(r"positional weight $\omega$")
-    ax.set_title(f"SGD phase diagram, attention L=2, $P_1=-P_2$, identity reduction "
-                 f"({len(a)}x{len(om)} grid, theory)", fontsize=9)
+    ax.set_title(
+        f"SGD phase diagram, attention L=2, $P_1=-P_2$, identity reduction "
+        f"({len(a)}x{len(om)} grid, theory)",
+        fontsize=9,
+    )
     ax.legend(handles=handles, fontsize=6.5, loc="lower left", framealpha=0.85)
     if own:
         fig.tight_layout()
@@ -84,8 +113,9 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
     return ax
 
 
-def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid: int = 161,
-                   path=None, labels=None):
+def plot_landscape(
+    a: float, omega: float, trajectories=None, ax=None, *, n_grid: int = 161, path=None, labels=None
+):
     """Contour plot of R(e, m) of the spec-6 model on the disk e^2 + m^2 <= 1 with the
     candidate minima marked; ``trajectories``: iterable of objects/dicts with ``e`` and ``m``
     arrays (ODE or SGD results; SGD ones drawn thin and semi-transparent when their
@@ -107,8 +137,9 @@ def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid
     ode_colors = ("white", "cyan", "magenta", "yellow")
     n_ode = n_sgd = 0
     for i, tr in enumerate(trajectories or []):
-        get = (lambda k, tr=tr: tr[k]) if isinstance(tr, dict) else (
-            lambda k, tr=tr: getattr(tr, k))
+        get = (
+            (lambda k, tr=tr: tr[k]) if isinstance(tr, dict) else (lambda k, tr=tr: getattr(tr, k))
+        )
         e = np.asarray(get("e"), float)
         if e.ndim > 1:
             e = e[:, 0]
@@ -133,8 +164,14 @@ def plot_landscape(a: float, omega: float, trajectories=None, ax=None, *, n_grid
     ax.set_xlabel(r"positional overlap $e = p\cdot w/\sqrt{d}$")
     ax.set_ylabel(r"semantic overlap $m = w^*\cdot w/d$")
     ax.set_title(f"R(e, m), a = {a}, omega = {omega} (theory)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
-              facecolor="0.75", framealpha=1.0)
+    ax.legend(
+        fontsize=7,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=2,
+        facecolor="0.75",
+        framealpha=1.0,
+    )
     if own:
         fig.tight_layout()
         if path is not None:
@@ -151,10 +188,8 @@ def flatness_curves(e_max=0.6, n=61, trace_norm="sqrtL"):
     (which is the same with and without encoding), for the spec-7 target, trace reduction."""
     from theory.models import ssi
 
-    pe = ssi.AttentionModel(FLAT_TARGET, 2, pe="opposite", reduction="trace",
-                            trace_norm=trace_norm)
-    nope = ssi.AttentionModel(FLAT_TARGET, 2, pe="none", reduction="trace",
-                              trace_norm=trace_norm)
+    pe = ssi.AttentionModel(FLAT_TARGET, 2, pe="opposite", reduction="trace", trace_norm=trace_norm)
+    nope = ssi.AttentionModel(FLAT_TARGET, 2, pe="none", reduction="trace", trace_norm=trace_norm)
     x = np.linspace(-e_max, e_max, n)
     r0 = pe.risk(0.0, 0.0)
     Re = np.array([pe.risk(v, 0.0) for v in x]) - r0
@@ -167,20 +202,34 @@ def plot_flatness(path=None, trace_norm="sqrtL"):
     c = flatness_curves(trace_norm=trace_norm)
     fig, ax = plt.subplots(figsize=(6.0, 4.3))
     (k_pe, H_pe), (k_no, _) = c["kappa_pe"], c["kappa_nope"]
-    ax.plot(c["x"], c["R_e_pe"], lw=1.8,
-            label=rf"theory, with PE: $R(e,0)-R(0,0)$ ($\kappa$={k_pe}, "
-            rf"$\partial_e^2R$={H_pe[0, 0]:.4f})")
-    ax.plot(c["x"], c["R_m"], lw=1.8, ls="--",
-            label=rf"theory, no PE: $R(m)-R(0)$ ($\kappa$={k_no})")
+    ax.plot(
+        c["x"],
+        c["R_e_pe"],
+        lw=1.8,
+        label=rf"theory, with PE: $R(e,0)-R(0,0)$ ($\kappa$={k_pe}, "
+        rf"$\partial_e^2R$={H_pe[0, 0]:.4f})",
+    )
+    ax.plot(
+        c["x"], c["R_m"], lw=1.8, ls="--", label=rf"theory, no PE: $R(m)-R(0)$ ($\kappa$={k_no})"
+    )
     x = c["x"]
-    ax.plot(x, 0.5 * H_pe[0, 0] * x**2, color="0.5", lw=0.8, ls=":",
-            label=r"quadratic term $\frac{1}{2}\partial_e^2R\,e^2$")
+    ax.plot(
+        x,
+        0.5 * H_pe[0, 0] * x**2,
+        color="0.5",
+        lw=0.8,
+        ls=":",
+        label=r"quadratic term $\frac{1}{2}\partial_e^2R\,e^2$",
+    )
     ax.axhline(0, color="k", lw=0.5)
     ax.set_xlabel("overlap (e with PE; m without)")
     ax.set_ylabel("R - R(origin)")
     norm = "Tr/sqrt(L)" if trace_norm == "sqrtL" else "Tr"
-    ax.set_title(f"flatness: g = 4/3 + He4(z1) + 2He4(z2), L=2, {norm} reduction, "
-                 r"$P_1=-P_2$", fontsize=9)
+    ax.set_title(
+        f"flatness: g = 4/3 + He4(z1) + 2He4(z2), L=2, {norm} reduction, "
+        r"$P_1=-P_2$",
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
@@ -197,19 +246,23 @@ def _fig_phase(out_dir: Path, quick: bool):
 
     t0 = time.time()
     n = 60 if quick else 200
-    pdg = ssi.phase_diagram(np.linspace(0.7, 1.0, n), np.linspace(0.4, 1.0, n),
-                            check_global=True)
+    pdg = ssi.phase_diagram(np.linspace(0.7, 1.0, n), np.linspace(0.4, 1.0, n), check_global=True)
     path = Path(out_dir) / "sgd-phase-diagram.png"
     plot_phase_diagram(pdg, path=path, n_boundary=13 if quick else 31)
     b = ssi.boundaries(1.0)
-    how = (f"exact criteria (2-D Gauss-Hermite, {ssi.PD_NODES}^2 nodes, converged to ~1e-9), "
-           f"Brent root at a = 1; {n}x{n} grid, {time.time() - t0:.0f} s")
-    nums = [dict(name=f"a=1: {k}", value=v, how=how) for k, v in b.items()
-            if k.startswith("omega")]
-    nums.append(dict(name="grid cells where a third boundary minimum is lower",
-                     value=int(np.sum(~pdg["global_check"])),
-                     how=f"polar disk scan (41 radii x 164 angles) of the Mehler/Chebyshev "
-                     f"risk tables on the {n}x{n} grid"))
+    how = (
+        f"exact criteria (2-D Gauss-Hermite, {ssi.PD_NODES}^2 nodes, converged to ~1e-9), "
+        f"Brent root at a = 1; {n}x{n} grid, {time.time() - t0:.0f} s"
+    )
+    nums = [dict(name=f"a=1: {k}", value=v, how=how) for k, v in b.items() if k.startswith("omega")]
+    nums.append(
+        dict(
+            name="grid cells where a third boundary minimum is lower",
+            value=int(np.sum(~pdg["global_check"])),
+            how=f"polar disk scan (41 radii x 164 angles) of the Mehler/Chebyshev "
+            f"risk tables on the {n}x{n} grid",
+        )
+    )
     return dict(files=[str(path)], numbers=nums)
 
 
@@ -223,28 +276,42 @@ def _fig_landscape(out_dir: Path, quick: bool):
     labels = []
     starts = [(1.0, 1.0), (0.2, 1.0), (1.0, 0.2)]
     for e0, m0 in starts[: 2 if quick else 3]:
-        r = ssi.integrate_ode(model, lr=0.05, d=d, e0=e0 / math.sqrt(d), m0=m0 / math.sqrt(d),
-                              n_out=120)
+        r = ssi.integrate_ode(
+            model, lr=0.05, d=d, e0=e0 / math.sqrt(d), m0=m0 / math.sqrt(d), n_out=120
+        )
         trs.append(r)
         labels.append(f"ODE from (e0,m0)=({e0:g},{m0:g})/sqrt(d): {r.minimum}")
     path = Path(out_dir) / "sgd-landscape-a1-omega067.png"
     plot_landscape(a, om, trs, path=path, labels=labels, n_grid=101 if quick else 201)
-    return dict(files=[str(path)], numbers=[
-        dict(name="ODE end point from diagonal start (a=1, omega=0.67, lr=0.05, d=1000)",
-             value=trs[0].minimum,
-             how="ps engine: Mehler series in m (order 40; K to order 16) + Chebyshev "
-             "tables in e")])
+    return dict(
+        files=[str(path)],
+        numbers=[
+            dict(
+                name="ODE end point from diagonal start (a=1, omega=0.67, lr=0.05, d=1000)",
+                value=trs[0].minimum,
+                how="ps engine: Mehler series in m (order 40; K to order 16) + Chebyshev "
+                "tables in e",
+            )
+        ],
+    )
 
 
 def _fig_flatness(out_dir: Path, quick: bool):
     path = Path(out_dir) / "sgd-flatness.png"
     c = plot_flatness(path=path)
     k_pe, H = c["kappa_pe"]
-    return dict(files=[str(path)], numbers=[
-        dict(name="kappa without PE", value=c["kappa_nope"][0],
-             how="exact Hermite coefficients x 2-D Gauss-Hermite student moments (64^2)"),
-        dict(name="kappa with PE P1=-P2", value=k_pe, how="same, Tr/sqrt(L) reduction"),
-        dict(name="d2R/de2 at 0 with PE", value=float(H[0, 0]), how="same")])
+    return dict(
+        files=[str(path)],
+        numbers=[
+            dict(
+                name="kappa without PE",
+                value=c["kappa_nope"][0],
+                how="exact Hermite coefficients x 2-D Gauss-Hermite student moments (64^2)",
+            ),
+            dict(name="kappa with PE P1=-P2", value=k_pe, how="same, Tr/sqrt(L) reduction"),
+            dict(name="d2R/de2 at 0 with PE", value=float(H[0, 0]), how="same"),
+        ],
+    )
 
 
 FIGURES = {

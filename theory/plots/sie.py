@@ -17,18 +17,36 @@ from theory._util import atomic_savefig, atomic_write_text
 
 # (label, builder of the target string for a given L, minimal L)
 GAIN_TARGETS = [
-    (r"$\sum_\ell He_2(z_\ell)/\sqrt{2}$ (SIE 2)",
-     lambda L: "(" + " + ".join(f"He2(z{i + 1})" for i in range(L)) + ")/sqrt(2)", 1),
-    (r"$\sum_\ell z_\ell/\sqrt{L}$ (SIE 1)",
-     lambda L: "(" + " + ".join(f"z{i + 1}" for i in range(L)) + f")/sqrt({L})", 1),
-    (r"$\sum_\ell \mathrm{relu}(z_\ell)$ (SIE 1)",
-     lambda L: " + ".join(f"relu(z{i + 1})" for i in range(L)), 1),
-    (r"$\sum_\ell He_3(z_\ell)$ (SIE 3)",
-     lambda L: " + ".join(f"He3(z{i + 1})" for i in range(L)), 1),
-    (r"chain $\sum_\ell z_\ell z_{\ell+1}$ (SIE 2)",
-     lambda L: " + ".join(f"z{i + 1}*z{i + 2}" for i in range(L - 1)), 2),
-    (r"star $z_1 \sum_{\ell>1} z_\ell$ (SIE 2)",
-     lambda L: "z1*(" + " + ".join(f"z{i + 2}" for i in range(L - 1)) + ")", 2),
+    (
+        r"$\sum_\ell He_2(z_\ell)/\sqrt{2}$ (SIE 2)",
+        lambda L: "(" + " + ".join(f"He2(z{i + 1})" for i in range(L)) + ")/sqrt(2)",
+        1,
+    ),
+    (
+        r"$\sum_\ell z_\ell/\sqrt{L}$ (SIE 1)",
+        lambda L: "(" + " + ".join(f"z{i + 1}" for i in range(L)) + f")/sqrt({L})",
+        1,
+    ),
+    (
+        r"$\sum_\ell \mathrm{relu}(z_\ell)$ (SIE 1)",
+        lambda L: " + ".join(f"relu(z{i + 1})" for i in range(L)),
+        1,
+    ),
+    (
+        r"$\sum_\ell He_3(z_\ell)$ (SIE 3)",
+        lambda L: " + ".join(f"He3(z{i + 1})" for i in range(L)),
+        1,
+    ),
+    (
+        r"chain $\sum_\ell z_\ell z_{\ell+1}$ (SIE 2)",
+        lambda L: " + ".join(f"z{i + 1}*z{i + 2}" for i in range(L - 1)),
+        2,
+    ),
+    (
+        r"star $z_1 \sum_{\ell>1} z_\ell$ (SIE 2)",
+        lambda L: "z1*(" + " + ".join(f"z{i + 2}" for i in range(L - 1)) + ")",
+        2,
+    ),
 ]
 _STYLES = ["o-", "s--", "^:", "D-.", "v-", "P-"]
 
@@ -78,25 +96,42 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
     ):
         for (label, reps), sty in zip(rows.items(), _STYLES):
             xs = [r.L for r in reps]
-            ax.plot(xs, [getattr(r, field) for r in reps], sty, ms=4, mfc="none",
-                    label=f"theory: {label}")
+            ax.plot(
+                xs,
+                [getattr(r, field) for r in reps],
+                sty,
+                ms=4,
+                mfc="none",
+                label=f"theory: {label}",
+            )
         ax.plot(Ls, [L**ref_pow for L in Ls], "k:", lw=1, label=f"$L^{ref_pow}$")
         if field == "gain_equal":
             he3 = rows[GAIN_TARGETS[3][0]]
-            ax.plot([r.L for r in he3], [r.gain_equal_drift for r in he3], "x--", color="C3",
-                    label=r"$\sum He_3$: drift ratio $L^{1-k/2}|C\cdot 1|/\|C\|_{op}$")
+            ax.plot(
+                [r.L for r in he3],
+                [r.gain_equal_drift for r in he3],
+                "x--",
+                color="C3",
+                label=r"$\sum He_3$: drift ratio $L^{1-k/2}|C\cdot 1|/\|C\|_{op}$",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(Ls, [str(L) for L in Ls])
         ax.minorticks_off()
         ax.set_xlabel("sequence length L")
         ax.set_ylabel(r"predicted gain $\nu_{untied}/\nu_{tied}$")
-        ax.set_title(f"tied vs untied gain {title}\n(spec §5: $(C_{{SIE}}\\cdot 1/\\|C_{{SIE}}\\|"
-                     "_{op})^{p}$, × L or √L if SIE = 1)", fontsize=9)
+        ax.set_title(
+            f"tied vs untied gain {title}\n(spec §5: $(C_{{SIE}}\\cdot 1/\\|C_{{SIE}}\\|"
+            "_{op})^{p}$, × L or √L if SIE = 1)",
+            fontsize=9,
+        )
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both")
-    fig.suptitle("Sequence information exponent: predicted tied/untied gain "
-                 "(theory only; exact Hermite tensors)", fontsize=10)
+    fig.suptitle(
+        "Sequence information exponent: predicted tied/untied gain "
+        "(theory only; exact Hermite tensors)",
+        fontsize=10,
+    )
     fig.tight_layout()
     png = atomic_savefig(fig, out_dir / "sie-gains.png", dpi=130)
     plt.close(fig)
@@ -120,8 +155,10 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
 
     he2 = rows[GAIN_TARGETS[0][0]][-1]
     lin = rows[GAIN_TARGETS[1][0]][-1]
-    how = ("exact sympy Hermite tensors (theory.hermite.analyze), spec section 5 formula; "
-           "no randomness")
+    how = (
+        "exact sympy Hermite tensors (theory.hermite.analyze), spec section 5 formula; "
+        "no randomness"
+    )
     numbers = [
         dict(name=f"gain_optimal sum He2 L={he2.L}", value=he2.gain_optimal, how=how),
         dict(name=f"gain_equal sum He2 L={he2.L}", value=he2.gain_equal, how=how),

@@ -58,13 +58,13 @@ from theory.gauss import splitmix64_py, xoshiro256ss_next_py
 
 _U64 = np.uint64
 
-NLANES = 64                  # xoshiro lanes (vector loop length)
-NB = 2 * NLANES              # normals per block
-ZIG_C = 2048                 # ziggurat layers
+NLANES = 64  # xoshiro lanes (vector loop length)
+NB = 2 * NLANES  # normals per block
+ZIG_C = 2048  # ziggurat layers
 _ZIG_MASK = _U64(ZIG_C - 1)
 # R for C = 2048 layers: root of "top layer area = V" (mpmath, 40 digits), see the test
 ZIG_R = 4.2163704095118968639
-_TBITS = 11                  # threshold bits stored in the low mantissa bits of X[i]
+_TBITS = 11  # threshold bits stored in the low mantissa bits of X[i]
 _TMASK = (1 << _TBITS) - 1
 
 
@@ -156,7 +156,8 @@ def _uniform(st):
 def _u_of(r):
     # ((r >> 11) + 1/2) 2^-52 - 1, exact in float64
     return float(np.int64(r >> _U64(11))) * (2.0 / 9007199254740992.0) + (
-        1.0 / 9007199254740992.0 - 1.0)
+        1.0 / 9007199254740992.0 - 1.0
+    )
 
 
 @numba.njit(cache=True)
@@ -223,11 +224,11 @@ def _blocks(S, flat, rb, rpos, rval):
     s3a = S[3]
     nrej = 0
     for base in range(0, flat.shape[0], 2 * nl):
-        ob = flat[base:base + 2 * nl]
+        ob = flat[base : base + 2 * nl]
         ob0 = ob[:nl]
-        ob1 = ob[nl:2 * nl]
+        ob1 = ob[nl : 2 * nl]
         rb0 = rb[:nl]
-        rb1 = rb[nl:2 * nl]
+        rb1 = rb[nl : 2 * nl]
         chk = 0.0
         chk1 = 0.0
         for j in range(nl):
@@ -265,13 +266,13 @@ def _blocks(S, flat, rb, rpos, rval):
             s1a[j] = s1
             s2a[j] = s2
             s3a[j] = s3
-        if chk != chk:              # a reject among the first outputs of the lanes
+        if chk != chk:  # a reject among the first outputs of the lanes
             for p in range(nl):
                 if ob0[p] != ob0[p]:
                     rpos[nrej] = base + p
                     rval[nrej] = rb0[p]
                     nrej += 1
-        if chk1 != chk1:            # ... among the second outputs
+        if chk1 != chk1:  # ... among the second outputs
             for p in range(nl):
                 if ob1[p] != ob1[p]:
                     rpos[nrej] = base + nl + p
@@ -321,8 +322,8 @@ def seed_block_state(seed: int, nlanes: int = NLANES) -> tuple[np.ndarray, np.nd
     """(S (4, nlanes), s (4,)) uint64 states from an integer seed: consecutive splitmix64
     outputs (lane j gets outputs 4j..4j+3, the scalar state the last four)."""
     arr = np.array(splitmix64_py(int(seed), 4 * nlanes + 4), dtype=np.uint64)
-    S = np.ascontiguousarray(arr[:4 * nlanes].reshape(nlanes, 4).T)
-    return S, arr[4 * nlanes:].copy()
+    S = np.ascontiguousarray(arr[: 4 * nlanes].reshape(nlanes, 4).T)
+    return S, arr[4 * nlanes :].copy()
 
 
 def block_normals_numpy_reference(seed: int, n: int, nlanes: int = NLANES) -> np.ndarray:
@@ -376,6 +377,6 @@ def block_normals_numpy_reference(seed: int, n: int, nlanes: int = NLANES) -> np
                 else:
                     pending.append((len(out), r))
                     out.append(None)
-    for p, r in pending:           # completed after the whole fill, in order
+    for p, r in pending:  # completed after the whole fill, in order
         out[p] = finish(r)
     return np.array(out[:n])

@@ -38,7 +38,10 @@ HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
 
 #: activation name -> integer code used inside the kernels
 ACTIVATIONS = {
-    "linear": 0, "identity": 0, "id": 0, "he1": 0,
+    "linear": 0,
+    "identity": 0,
+    "id": 0,
+    "he1": 0,
     "relu": 1,
     "tanh": 2,
     "erf": 3,
@@ -48,9 +51,9 @@ ACTIVATIONS = {
     "he2": 7,
     "he3": 8,
     "he4": 9,
-    "he2n": 10,   # He_2 / sqrt(2)  (unit-norm)
-    "he3n": 11,   # He_3 / sqrt(6)
-    "he4n": 12,   # He_4 / sqrt(24)
+    "he2n": 10,  # He_2 / sqrt(2)  (unit-norm)
+    "he3n": 11,  # He_3 / sqrt(6)
+    "he4n": 12,  # He_4 / sqrt(24)
 }
 
 _SQ2 = math.sqrt(2.0)
@@ -256,8 +259,9 @@ def head_grad_numpy(head, z, y, Rm, act):
 
 
 @numba.njit(cache=True)
-def _full_step(W, ustar, Qp, Bpe, Gt, zst, yt, gamma, head, Rm, act, untied, C, delta, work, z,
-               corr, dots, pjs):
+def _full_step(
+    W, ustar, Qp, Bpe, Gt, zst, yt, gamma, head, Rm, act, untied, C, delta, work, z, corr, dots, pjs
+):
     """One SGD step on the full weights (see :func:`full_chunk`); returns the sample loss."""
     L, d = Gt.shape
     R = W.shape[0]
@@ -275,12 +279,12 @@ def _full_step(W, ustar, Qp, Bpe, Gt, zst, yt, gamma, head, Rm, act, untied, C, 
             b += g * W[r, i]
         a *= isd
         b *= isd
-        corr[l] = zst[l] * isd - a      # x_l = G/sqrt(d) + corr_l ustar
+        corr[l] = zst[l] * isd - a  # x_l = G/sqrt(d) + corr_l ustar
         # ustar . w_r = sqrt(d) C[r, 0]
         zl = b + corr[l] * sd * C[r, 0]
         if not untied:
             for j in range(k):
-                zl += Bpe[l, j] * C[r, 1 + j]     # P_l . w / sqrt(d) = e_l
+                zl += Bpe[l, j] * C[r, 1 + j]  # P_l . w / sqrt(d) = e_l
         z[l] = zl
     loss = head_grad(head, z, yt, Rm, act, delta, work)
     # ---- update + renormalisation, fused with the new frame coordinates
@@ -364,8 +368,27 @@ def full_chunk(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta
     hit = -1
     loss_sum = 0.0
     for t in range(n):
-        loss_sum += _full_step(W, ustar, Qp, Bpe, G[t], zstar[t], Y[t], gamma, head, Rm, act,
-                               untied, C, delta, work, z, corr, dots, pjs)
+        loss_sum += _full_step(
+            W,
+            ustar,
+            Qp,
+            Bpe,
+            G[t],
+            zstar[t],
+            Y[t],
+            gamma,
+            head,
+            Rm,
+            act,
+            untied,
+            C,
+            delta,
+            work,
+            z,
+            corr,
+            dots,
+            pjs,
+        )
         if hit < 0 and _recovered(C, untied, eta2):
             hit = t
     return hit, loss_sum
@@ -392,8 +415,27 @@ def full_chunk_rng(W, ustar, Qp, Bpe, state, zstar, Y, gamma, head, Rm, act, unt
         for l in range(L):
             for i in range(d):
                 Gt[l, i] = zig_normal(state)
-        loss_sum += _full_step(W, ustar, Qp, Bpe, Gt, zstar[t], Y[t], gamma, head, Rm, act,
-                               untied, C, delta, work, z, corr, dots, pjs)
+        loss_sum += _full_step(
+            W,
+            ustar,
+            Qp,
+            Bpe,
+            Gt,
+            zstar[t],
+            Y[t],
+            gamma,
+            head,
+            Rm,
+            act,
+            untied,
+            C,
+            delta,
+            work,
+            z,
+            corr,
+            dots,
+            pjs,
+        )
         if hit < 0 and _recovered(C, untied, eta2):
             hit = t
     return hit, loss_sum
@@ -698,9 +740,9 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
     comb = np.empty(d)
     sig = np.ones(R)
     fused = (not untied) and L == 2 and k <= 1
-    qrow = Qp[0] if k >= 1 else ustar            # dummy direction when k = 0 (coefficient 0)
-    Gn = np.empty((L, dp)) if fused else Gp    # next step's rows (fused path)
-    araw = np.empty(L)                         # forward products G_l . u*, G_l . v (v = w / sig)
+    qrow = Qp[0] if k >= 1 else ustar  # dummy direction when k = 0 (coefficient 0)
+    Gn = np.empty((L, dp)) if fused else Gp  # next step's rows (fused path)
+    araw = np.empty(L)  # forward products G_l . u*, G_l . v (v = w / sig)
     braw = np.empty(L)
     hit = -1
     loss_sum = 0.0
@@ -729,8 +771,14 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
         for r in range(R):
             inv = 1.0 / sig[r]
             if untied:
-                nrm, du = _upd_row(W[r], Gp[r], ustar, gamma * delta[r] * isd * inv,
-                                   gamma * delta[r] * corr[r] * inv, d)
+                nrm, du = _upd_row(
+                    W[r],
+                    Gp[r],
+                    ustar,
+                    gamma * delta[r] * isd * inv,
+                    gamma * delta[r] * corr[r] * inv,
+                    d,
+                )
             else:
                 cu = 0.0
                 for l in range(L):
@@ -746,12 +794,24 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
                         # forward products (one pass over w per step)
                         BN.fill_rows(S, s, Gn, rb, rpos, rval)
                         nrm, du, dq, araw[0], braw[0], araw[1], braw[1] = _upd_l2_fwd(
-                            W[0], Gp[0], Gp[1], ustar, qrow, gl * delta[0], gl * delta[1], cu,
-                            cq, Gn[0], Gn[1], d)
+                            W[0],
+                            Gp[0],
+                            Gp[1],
+                            ustar,
+                            qrow,
+                            gl * delta[0],
+                            gl * delta[1],
+                            cu,
+                            cq,
+                            Gn[0],
+                            Gn[1],
+                            d,
+                        )
                         Gp, Gn = Gn, Gp
                     else:
-                        nrm, du, dq = _upd_l2(W[0], Gp[0], Gp[1], ustar, qrow, gl * delta[0],
-                                              gl * delta[1], cu, cq, d)
+                        nrm, du, dq = _upd_l2(
+                            W[0], Gp[0], Gp[1], ustar, qrow, gl * delta[0], gl * delta[1], cu, cq, d
+                        )
                     if k == 1:
                         dots[1] = dq
                 else:
@@ -766,7 +826,7 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
                     nrm, du = _upd_row(W[0], comb, ustar, gl, cu, d)
                     for j in range(k):
                         dots[1 + j] = _dot(W[0], Qp[j], d)
-            scale = sd / math.sqrt(nrm)          # w_new = scale * v
+            scale = sd / math.sqrt(nrm)  # w_new = scale * v
             C[r, 0] = du * scale * isd
             if not untied:
                 for j in range(k):
@@ -775,7 +835,7 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
                 _scale(W[r], scale, d)
                 sig[r] = 1.0
                 if fused:
-                    braw[0] *= scale               # products were taken with v = w / scale
+                    braw[0] *= scale  # products were taken with v = w / scale
                     braw[1] *= scale
             else:
                 sig[r] = scale

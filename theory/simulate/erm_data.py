@@ -106,8 +106,9 @@ class Teacher:
         return (1.0 - self.omega) * S + self.omega * self.A
 
 
-def make_teacher(d: int, omega: float, *, sigma: float = 0.5, A=None, rng=0,
-                 normalize: bool = True) -> Teacher:
+def make_teacher(
+    d: int, omega: float, *, sigma: float = 0.5, A=None, rng=0, normalize: bool = True
+) -> Teacher:
     """Teacher with ``Q*`` drawn N(0, I_d); with ``normalize`` (default) rescaled to
     ``|Q*|^2 = d`` so that ``rho = sigma^2 |Q*|^2/d = sigma^2`` exactly, as in the theory.
 
@@ -198,8 +199,12 @@ def sample_data(teacher: Teacher, n: int, rng, *, keep_targets: bool = False) ->
     s = np.array([1.0, -1.0])
     # teacher rows y_l = sum_k T_lk z_k  -> y_l . x_j = sum_k T_lk (z_k . z_j + s_j zs_k)
     # delta = x1 - x2 ; |delta|^2 ; delta.(y1 - x2) ; delta.(x1 - y2)
-    xx = zz + s[None, :, None] * zs[:, None, :] + s[None, None, :] * zs[:, :, None] \
+    xx = (
+        zz
+        + s[None, :, None] * zs[:, None, :]
+        + s[None, None, :] * zs[:, :, None]
         + np.outer(s, s)[None]
+    )
     zx = zz + s[None, None, :] * zs[:, :, None]  # zx[n, k, j] = z_k . x_j
     yx = np.einsum("nlk,nkj->nlj", T, zx)  # y_l . x_j
     yy = np.einsum("nlk,nkj,nmj->nlm", T, zz, T)  # y_l . y_m
@@ -252,8 +257,10 @@ def sample_loss_hess(h, kappa, astar, bstar):
     du1 = np.stack([2 * h1 - h2, -h1], axis=-1)
     du2 = np.stack([-h2, 2 * h2 - h1], axis=-1)
     g = Fa[..., None] * du1 + Fb[..., None] * du2
-    H = Faa[..., None, None] * du1[..., :, None] * du1[..., None, :] \
+    H = (
+        Faa[..., None, None] * du1[..., :, None] * du1[..., None, :]
         + Fbb[..., None, None] * du2[..., :, None] * du2[..., None, :]
+    )
     H[..., 0, 0] += 2 * Fa
     H[..., 0, 1] -= Fa + Fb
     H[..., 1, 0] -= Fa + Fb

@@ -96,8 +96,9 @@ class Problem:
         return self.teacher.d
 
 
-def make_problem(alpha, omega, d, seed=0, *, sigma=0.5, A=None, n_test=10_000,
-                 keep_targets=False) -> Problem:
+def make_problem(
+    alpha, omega, d, seed=0, *, sigma=0.5, A=None, n_test=10_000, keep_targets=False
+) -> Problem:
     """Draw the teacher and ``n = round(alpha d)`` training samples from ``seed``.
 
     Independent streams (``SeedSequence(seed).spawn``): teacher, training set, test set, init.
@@ -111,8 +112,14 @@ def make_problem(alpha, omega, d, seed=0, *, sigma=0.5, A=None, n_test=10_000,
     s_teacher, s_train, s_test, _ = ss.spawn(4)
     teacher = make_teacher(d, omega, sigma=sigma, A=A, rng=np.random.default_rng(s_teacher))
     train = sample_data(teacher, n, np.random.default_rng(s_train), keep_targets=keep_targets)
-    return Problem(teacher=teacher, train=train, test_seed=s_test, n_test=int(n_test),
-                   alpha=float(alpha), seed=int(seed))
+    return Problem(
+        teacher=teacher,
+        train=train,
+        test_seed=s_test,
+        n_test=int(n_test),
+        alpha=float(alpha),
+        seed=int(seed),
+    )
 
 
 def init_rng(seed: int) -> np.random.Generator:
@@ -148,8 +155,7 @@ def overlaps(Q, teacher: Teacher) -> dict:
     d, s2 = teacher.d, teacher.sigma**2
     m = abs(Q.sum()) / d
     tq = abs(teacher.qstar @ Q) / d
-    return dict(q=s2 * (Q @ Q) / d, m=m, theta=s2 * tq, theta_over_sigma2=tq,
-                m_over_sigma2=m / s2)
+    return dict(q=s2 * (Q @ Q) / d, m=m, theta=s2 * tq, theta_over_sigma2=tq, m_over_sigma2=m / s2)
 
 
 def test_error(Q, problem: Problem, *, chunk: int = TEST_CHUNK) -> tuple[float, float]:
@@ -175,9 +181,19 @@ def evaluate(Q, problem: Problem, lam: float, *, seed: int, init: str) -> dict:
     d = problem.d
     L, g = risk(Q, problem.train, lam)
     eps_g, eps_g_err = test_error(Q, problem)
-    return dict(alpha=problem.alpha, omega=problem.teacher.omega, d=d, n=problem.train.n,
-                seed=int(seed), init=init, eps_t=L / d, eps_g=eps_g, eps_g_err=eps_g_err,
-                grad_rms=float(np.linalg.norm(g) / np.sqrt(d)), **overlaps(Q, problem.teacher))
+    return dict(
+        alpha=problem.alpha,
+        omega=problem.teacher.omega,
+        d=d,
+        n=problem.train.n,
+        seed=int(seed),
+        init=init,
+        eps_t=L / d,
+        eps_g=eps_g,
+        eps_g_err=eps_g_err,
+        grad_rms=float(np.linalg.norm(g) / np.sqrt(d)),
+        **overlaps(Q, problem.teacher),
+    )
 
 
 # --------------------------------------------------------------------------- minimisers
@@ -214,8 +230,9 @@ class _Monitor:
         return Q, self.status, it, self.grms, np.array(self.trace)
 
 
-def gradient_descent(Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=1e-6,
-                     record_every=50):
+def gradient_descent(
+    Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=1e-6, record_every=50
+):
     """Plain full-batch GD ``Q <- Q - lr grad L(Q)`` (the spec §6 protocol).
 
     Its rate near a minimum is ``1 - lr mu`` with mu the smallest Hessian eigenvalue (>= lam
@@ -231,8 +248,7 @@ def gradient_descent(Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=
     return mon.result(Q, it)
 
 
-def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50,
-             L0=1.0):
+def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, L0=1.0):
     """Nesterov's accelerated gradient with a backtracked Lipschitz estimate and adaptive restart.
 
     * step ``1/Lk`` at the extrapolated point ``y``; ``Lk`` is doubled until the sufficient
@@ -275,8 +291,9 @@ def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_ever
     return mon.result(y, it)
 
 
-def barzilai_borwein(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50,
-                     memory=10, lr0=0.1):
+def barzilai_borwein(
+    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, memory=10, lr0=0.1
+):
     """Barzilai-Borwein steps with the non-monotone line search of Grippo-Lampariello-Lucidi
     (Raydan 1997): step ``s.s / s.y`` (BB1, clipped to [1e-6, 1e6]); accept when
     ``L(Q - a g) <= max(last ``memory`` values) - 1e-4 a |g|^2``, else halve ``a``."""
@@ -308,9 +325,13 @@ def lbfgs(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=N
     from scipy.optimize import minimize
 
     d = Q0.shape[0]
-    res = minimize(lambda Q: risk(Q, data, lam), np.array(Q0, float), jac=True,
-                   method="L-BFGS-B",
-                   options=dict(maxiter=int(steps), gtol=tol, ftol=0.0, maxcor=20))
+    res = minimize(
+        lambda Q: risk(Q, data, lam),
+        np.array(Q0, float),
+        jac=True,
+        method="L-BFGS-B",
+        options=dict(maxiter=int(steps), gtol=tol, ftol=0.0, maxcor=20),
+    )
     L, g = risk(res.x, data, lam)
     grms = np.linalg.norm(g) / np.sqrt(d)
     status = "converged" if np.max(np.abs(g)) < tol or grms < tol else "max_iter"
@@ -320,13 +341,28 @@ def lbfgs(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=N
 
 
 #: ``method`` name -> minimiser; "nesterov" is the default (converges; see BENCHMARKS.md)
-METHODS = {"nesterov": nesterov, "bb": barzilai_borwein, "gd": gradient_descent,
-           "lbfgs": lbfgs}
+METHODS = {"nesterov": nesterov, "bb": barzilai_borwein, "gd": gradient_descent, "lbfgs": lbfgs}
 
 
-def simulate_gd(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A=None,
-                lr=0.15, steps=3000, n_test=10_000, tol=1e-6, init_scale=1.0,
-                method="nesterov", problem: Problem | None = None, Q0=None) -> ERMSimResult:
+def simulate_gd(
+    alpha,
+    omega,
+    d,
+    init="semantic",
+    seed=0,
+    *,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    lr=0.15,
+    steps=3000,
+    n_test=10_000,
+    tol=1e-6,
+    init_scale=1.0,
+    method="nesterov",
+    problem: Problem | None = None,
+    Q0=None,
+) -> ERMSimResult:
     """Minimise the empirical risk from ``init`` at dimension ``d``; one seed.
 
     Parameters
@@ -356,17 +392,33 @@ def simulate_gd(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01
         Q0 = initial_weights(init, problem.teacher, seed, init_scale=init_scale)
     t0 = time.perf_counter()
     kw = dict(lr=lr) if method == "gd" else {}
-    Q, status, its, grms, trace = METHODS[method](Q0, problem.train, lam, steps=steps, tol=tol,
-                                                  **kw)
+    Q, status, its, grms, trace = METHODS[method](
+        Q0, problem.train, lam, steps=steps, tol=tol, **kw
+    )
     fields = evaluate(Q, problem, lam, seed=seed, init=init)
     wall = time.perf_counter() - t0
     msg = f"{method}: {status} after {its} iterations, RMS gradient {fields['grad_rms']:.2e}"
     return ERMSimResult(
-        iterations=its, method=method, status=status, message=msg,
+        iterations=its,
+        method=method,
+        status=status,
+        message=msg,
         history=dict(columns=["iteration", "eps_t", "grad_rms"], rows=trace.tolist()),
-        params=dict(alpha=float(alpha), omega=float(omega), d=problem.d, sigma=sigma, lam=lam,
-                    A=A.tolist(), lr=lr, steps=steps, tol=tol, n_test=problem.n_test,
-                    init=init, seed=int(seed), init_scale=init_scale),
+        params=dict(
+            alpha=float(alpha),
+            omega=float(omega),
+            d=problem.d,
+            sigma=sigma,
+            lam=lam,
+            A=A.tolist(),
+            lr=lr,
+            steps=steps,
+            tol=tol,
+            n_test=problem.n_test,
+            init=init,
+            seed=int(seed),
+            init_scale=init_scale,
+        ),
         metadata=dict(method=method, wall_time_s=wall, rho=problem.teacher.rho),
         **fields,
     )

@@ -120,12 +120,12 @@ def sample_data(p: GeneralParams, P, qstar, n: int, rng, *, keep_tokens=False) -
     C = T @ Gzx
     c0 = np.einsum("nlk,nkj,nlj->n", T, Gzz, T)
     X = Z + P[None] if keep_tokens else np.add(Z, P[None], out=Z)
-    return GeneralData(X=X, T=T, Gxx=Gxx, C=C, c0=c0, hstar=hstar,
-                       Z=Z if keep_tokens else None)
+    return GeneralData(X=X, T=T, Gxx=Gxx, C=C, c0=c0, hstar=hstar, Z=Z if keep_tokens else None)
 
 
-def make_problem(alpha, params=None, d=200, seed=0, *, n_test=5000, keep_tokens=False,
-                 **overrides) -> GeneralProblem:
+def make_problem(
+    alpha, params=None, d=200, seed=0, *, n_test=5000, keep_tokens=False, **overrides
+) -> GeneralProblem:
     """Encodings, teacher and ``n = round(alpha d)`` training samples from ``seed`` (independent
     SeedSequence streams: encodings, teacher, train, test, init)."""
     p = as_params(params, **overrides)
@@ -143,8 +143,16 @@ def make_problem(alpha, params=None, d=200, seed=0, *, n_test=5000, keep_tokens=
     root = np.linalg.cholesky(p.rho_array / p.s2).T  # Rᵀ R = ρ/σ²
     qstar = math.sqrt(d) * U @ root
     train = sample_data(p, P, qstar, n, np.random.default_rng(s_train), keep_tokens=keep_tokens)
-    return GeneralProblem(params=p, alpha=float(alpha), seed=int(seed), P=P, qstar=qstar,
-                          train=train, test_seed=s_test, n_test=int(n_test))
+    return GeneralProblem(
+        params=p,
+        alpha=float(alpha),
+        seed=int(seed),
+        P=P,
+        qstar=qstar,
+        train=train,
+        test_seed=s_test,
+        n_test=int(n_test),
+    )
 
 
 def sample_losses(Q, data: GeneralData) -> np.ndarray:
@@ -238,9 +246,21 @@ class GeneralSimResult(Result):
     method: str = "lbfgs"
 
 
-def simulate(alpha, params=None, d=200, init="semantic", seed=0, *, n_test=5000, steps=5000,
-             tol=1e-7, init_scale=1.0, problem: GeneralProblem | None = None, Q0=None,
-             **overrides) -> GeneralSimResult:
+def simulate(
+    alpha,
+    params=None,
+    d=200,
+    init="semantic",
+    seed=0,
+    *,
+    n_test=5000,
+    steps=5000,
+    tol=1e-7,
+    init_scale=1.0,
+    problem: GeneralProblem | None = None,
+    Q0=None,
+    **overrides,
+) -> GeneralSimResult:
     """Minimise the exact empirical risk by L-BFGS (scipy) from ``init``; one seed.
 
     ``tol``: stop when the max |gradient| entry < tol (status "converged", else "max_iter").
@@ -262,8 +282,13 @@ def simulate(alpha, params=None, d=200, init="semantic", seed=0, *, n_test=5000,
         v, g = risk(qf.reshape(dd, r), problem.train, p.lam)
         return v, g.ravel()
 
-    res = minimize(fun, Q0.ravel(), jac=True, method="L-BFGS-B",
-                   options=dict(maxiter=int(steps), gtol=tol, ftol=0.0, maxcor=30))
+    res = minimize(
+        fun,
+        Q0.ravel(),
+        jac=True,
+        method="L-BFGS-B",
+        options=dict(maxiter=int(steps), gtol=tol, ftol=0.0, maxcor=30),
+    )
     Q = res.x.reshape(dd, r)
     L_, g = risk(Q, problem.train, p.lam)
     gmax = float(np.abs(g).max())
@@ -273,13 +298,30 @@ def simulate(alpha, params=None, d=200, init="semantic", seed=0, *, n_test=5000,
     eg, ege = test_error(Q, problem)
     ov = overlaps(Q, problem)
     return GeneralSimResult(
-        alpha=problem.alpha, omega=p.omega, d=dd, n=problem.train.n, seed=problem.seed,
-        init=init, eps_t=L_ / dd, eps_g=eg, eps_g_err=ege,
-        grad_rms=float(np.linalg.norm(g) / math.sqrt(dd)), iterations=int(res.nit),
-        status=status, message=f"L-BFGS: {res.message}; max|grad| {gmax:.2e}",
-        params=dict(p.to_dict(), alpha=problem.alpha, d=dd, seed=problem.seed, init=init,
-                    n_test=problem.n_test),
-        metadata=dict(method="lbfgs", wall_time_s=time.perf_counter() - t0), **ov)
+        alpha=problem.alpha,
+        omega=p.omega,
+        d=dd,
+        n=problem.train.n,
+        seed=problem.seed,
+        init=init,
+        eps_t=L_ / dd,
+        eps_g=eg,
+        eps_g_err=ege,
+        grad_rms=float(np.linalg.norm(g) / math.sqrt(dd)),
+        iterations=int(res.nit),
+        status=status,
+        message=f"L-BFGS: {res.message}; max|grad| {gmax:.2e}",
+        params=dict(
+            p.to_dict(),
+            alpha=problem.alpha,
+            d=dd,
+            seed=problem.seed,
+            init=init,
+            n_test=problem.n_test,
+        ),
+        metadata=dict(method="lbfgs", wall_time_s=time.perf_counter() - t0),
+        **ov,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,9 +359,21 @@ class FixedMSimResult(Result):
         return float(off / np.diag(O).mean())
 
 
-def simulate_fixed_m(alpha, m, params=None, d=400, seed=0, *, restarts=3, n_test=2000,
-                     steps=20000, tol=1e-7, init_scale=0.1,
-                     problem: GeneralProblem | None = None, **overrides) -> FixedMSimResult:
+def simulate_fixed_m(
+    alpha,
+    m,
+    params=None,
+    d=400,
+    seed=0,
+    *,
+    restarts=3,
+    n_test=2000,
+    steps=20000,
+    tol=1e-7,
+    init_scale=0.1,
+    problem: GeneralProblem | None = None,
+    **overrides,
+) -> FixedMSimResult:
     """L-BFGS on the exact risk restricted to the affine subspace {PQ/√d = m, Q*ᵀQ = 0}
     (r = 1): Q = Q₀ + N y with Q₀ the minimum-norm point of the subspace and N an orthonormal
     basis of the null space of the constraints; ``restarts`` random starts y ~ init_scale ·
@@ -342,8 +396,10 @@ def simulate_fixed_m(alpha, m, params=None, d=400, seed=0, *, restarts=3, n_test
     c = np.concatenate([m, np.zeros(p.r_t)])
     Q0 = np.linalg.lstsq(C, c, rcond=None)[0]
     if np.abs(C @ Q0 - c).max() > 1e-9 * (1 + np.abs(m).max()):
-        raise ValueError("m is not reachable: it must lie in the range of the encodings' Gram "
-                         "matrix G (simplex encodings: entries summing to zero)")
+        raise ValueError(
+            "m is not reachable: it must lie in the range of the encodings' Gram "
+            "matrix G (simplex encodings: entries summing to zero)"
+        )
     _, s, Wt = np.linalg.svd(C, full_matrices=True)
     k = int((s > 1e-10 * s.max()).sum())
     N = Wt[k:].T
@@ -357,8 +413,13 @@ def simulate_fixed_m(alpha, m, params=None, d=400, seed=0, *, restarts=3, n_test
     Ys, rows, gmax, msgs = [], [], 0.0, []
     for _ in range(int(restarts)):
         y0 = init_scale * gen.standard_normal(N.shape[1])
-        res = minimize(fun, y0, jac=True, method="L-BFGS-B",
-                       options=dict(maxiter=int(steps), gtol=tol, ftol=0.0, maxcor=30))
+        res = minimize(
+            fun,
+            y0,
+            jac=True,
+            method="L-BFGS-B",
+            options=dict(maxiter=int(steps), gtol=tol, ftol=0.0, maxcor=30),
+        )
         Q = (Q0 + N @ res.x)[:, None]
         L_, g = risk(Q, problem.train, p.lam)
         gmax = max(gmax, float(np.abs(N.T @ g[:, 0]).max()))
@@ -370,11 +431,26 @@ def simulate_fixed_m(alpha, m, params=None, d=400, seed=0, *, restarts=3, n_test
     overlap = p.s2 * Y @ Y.T / dd  # N orthonormal: (N y_a)·(N y_b) = y_a·y_b
     status = "converged" if gmax < 10 * tol else "max_iter"
     return FixedMSimResult(
-        alpha=problem.alpha, omega=p.omega, d=dd, n=problem.train.n, seed=problem.seed, m=m,
-        eps_t=[float(r_[0]) for r_ in rows], eps_g=[float(r_[1]) for r_ in rows],
+        alpha=problem.alpha,
+        omega=p.omega,
+        d=dd,
+        n=problem.train.n,
+        seed=problem.seed,
+        m=m,
+        eps_t=[float(r_[0]) for r_ in rows],
+        eps_g=[float(r_[1]) for r_ in rows],
         q=[r_[2] for r_ in rows],
-        overlap=overlap, grad_max=gmax, status=status,
+        overlap=overlap,
+        grad_max=gmax,
+        status=status,
         message="; ".join(sorted(set(msgs))),
-        params=dict(p.to_dict(), alpha=problem.alpha, d=dd, seed=problem.seed,
-                    restarts=int(restarts), m=m.tolist()),
-        metadata=dict(method="lbfgs-constrained", wall_time_s=time.perf_counter() - t0))
+        params=dict(
+            p.to_dict(),
+            alpha=problem.alpha,
+            d=dd,
+            seed=problem.seed,
+            restarts=int(restarts),
+            m=m.tolist(),
+        ),
+        metadata=dict(method="lbfgs-constrained", wall_time_s=time.perf_counter() - t0),
+    )

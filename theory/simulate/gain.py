@@ -75,10 +75,23 @@ from scipy.special import digamma
 from theory._util import as_rng, check_positive
 from theory.simulate._sgd_kernels import act_deriv, act_value
 
-__all__ = ["gain_curve", "family_target", "drift_constants", "linear_escape_steps",
-           "linear_optimal", "closed_form_gains", "ode_escape_steps", "ode_optimal",
-           "ode_gains", "simulate_flat_untied", "flat_chunk", "flat_chunk_numpy",
-           "typical_start", "F_STAR", "X_STAR"]
+__all__ = [
+    "gain_curve",
+    "family_target",
+    "drift_constants",
+    "linear_escape_steps",
+    "linear_optimal",
+    "closed_form_gains",
+    "ode_escape_steps",
+    "ode_optimal",
+    "ode_gains",
+    "simulate_flat_untied",
+    "flat_chunk",
+    "flat_chunk_numpy",
+    "typical_start",
+    "F_STAR",
+    "X_STAR",
+]
 
 FAMILIES = ("sum_he2", "sum_z", "sum_he3")
 UNTIED_NORMS = ("rows", "flat")
@@ -125,9 +138,17 @@ def drift_constants(expr, L: int, activation: str = "relu") -> dict:
     un = ssi.UntiedNetwork(expr, L=L, activation=activation)
     K_t = float(tn.noise_K(None, 0.0))
     K_row = float(np.asarray(un.noise_K(None, np.zeros(L)))[0])
-    out = dict(sie=k, L=L, activation=activation, tied_contraction=rep.tied_contraction,
-               op_norm=rep.op_norm, K_tied=K_t, K_row=K_row, gain_optimal_spec=rep.gain_optimal,
-               gain_equal_spec=rep.gain_equal)
+    out = dict(
+        sie=k,
+        L=L,
+        activation=activation,
+        tied_contraction=rep.tied_contraction,
+        op_norm=rep.op_norm,
+        K_tied=K_t,
+        K_row=K_row,
+        gain_optimal_spec=rep.gain_optimal,
+        gain_equal_spec=rep.gain_equal,
+    )
     if k is None:
         out.update(mu_k=None, A_tied=0.0, A_untied=0.0, tied_escapes=False)
         return out
@@ -178,13 +199,13 @@ def linear_optimal(A, K, k, d, m0, eta) -> tuple[float, float]:
         return 2 * d * K * math.log(eta / m0) / A**2, A / K
     lr_max = 2 * A / (K * eta) if k == 1 else 2 * A * m0 ** (k - 2) / K
     f = lambda y: math.log(linear_escape_steps(A, K, k, y * lr_max, d, m0, eta))
-    r = minimize_scalar(f, bounds=(1e-6, 1 - 1e-9), method="bounded",
-                        options=dict(xatol=1e-10))
+    r = minimize_scalar(f, bounds=(1e-6, 1 - 1e-9), method="bounded", options=dict(xatol=1e-10))
     return math.exp(r.fun), float(r.x) * lr_max
 
 
-def closed_form_gains(expr, L: int, d: float, eta: float, lr: float,
-                      activation: str = "relu", m0: float | None = None) -> dict:
+def closed_form_gains(
+    expr, L: int, d: float, eta: float, lr: float, activation: str = "relu", m0: float | None = None
+) -> dict:
     """Closed-form (linearised ODE) gains: ``gain_equal_closed`` (both at ``lr``) and
     ``gain_optimal_closed`` (each at its own optimal lr), with nu and lr of each network.
     Tied: from m0 (default 1/sqrt(d)) to eta; untied (m-coordinates, best direction): from
@@ -198,11 +219,17 @@ def closed_form_gains(expr, L: int, d: float, eta: float, lr: float,
         out.update(gain_equal_closed=None, gain_optimal_closed=None)
         return out
     s = math.sqrt(L)
-    nt_eq = linear_escape_steps(c["A_tied"], c["K_tied"], k, lr, d, m0, eta) \
-        if c["tied_escapes"] else math.inf
+    nt_eq = (
+        linear_escape_steps(c["A_tied"], c["K_tied"], k, lr, d, m0, eta)
+        if c["tied_escapes"]
+        else math.inf
+    )
     nu_eq = linear_escape_steps(c["A_untied"], c["K_row"], k, lr, d, s * m0, s * eta)
-    nt_opt, lt_opt = linear_optimal(c["A_tied"], c["K_tied"], k, d, m0, eta) \
-        if c["tied_escapes"] else (math.inf, math.nan)
+    nt_opt, lt_opt = (
+        linear_optimal(c["A_tied"], c["K_tied"], k, d, m0, eta)
+        if c["tied_escapes"]
+        else (math.inf, math.nan)
+    )
     nu_opt, lu_opt = linear_optimal(c["A_untied"], c["K_row"], k, d, s * m0, s * eta)
 
     def ratio(a, b):
@@ -210,10 +237,16 @@ def closed_form_gains(expr, L: int, d: float, eta: float, lr: float,
             return 0.0 if math.isfinite(a) else None
         return a / b if math.isfinite(a) else math.inf
 
-    out.update(nu_equal_tied_closed=nt_eq, nu_equal_untied_closed=nu_eq,
-               nu_opt_tied_closed=nt_opt, nu_opt_untied_closed=nu_opt,
-               lr_opt_tied_closed=lt_opt, lr_opt_untied_closed=lu_opt,
-               gain_equal_closed=ratio(nu_eq, nt_eq), gain_optimal_closed=ratio(nu_opt, nt_opt))
+    out.update(
+        nu_equal_tied_closed=nt_eq,
+        nu_equal_untied_closed=nu_eq,
+        nu_opt_tied_closed=nt_opt,
+        nu_opt_untied_closed=nu_opt,
+        lr_opt_tied_closed=lt_opt,
+        lr_opt_untied_closed=lu_opt,
+        gain_equal_closed=ratio(nu_eq, nt_eq),
+        gain_optimal_closed=ratio(nu_opt, nt_opt),
+    )
     return out
 
 
@@ -237,8 +270,16 @@ def ode_escape_steps(model, lr: float, d: float, eta: float, m0: float | None = 
     return math.inf if res.steps_escape is None else float(res.steps_escape)
 
 
-def ode_optimal(model, d: float, eta: float, lr_guess: float, m0: float | None = None,
-                *, xatol: float = 0.005, span: float = 40.0) -> tuple[float, float, int]:
+def ode_optimal(
+    model,
+    d: float,
+    eta: float,
+    lr_guess: float,
+    m0: float | None = None,
+    *,
+    xatol: float = 0.005,
+    span: float = 40.0,
+) -> tuple[float, float, int]:
     """(nu*, lr*, n_evals): the step size minimising the ODE's escape steps, by bounded Brent
     minimisation of ln nu over ln lr in [lr_guess / span, 1.9 lr_guess] (stuck step sizes count
     as a large penalty).  ``lr_guess``: the closed-form optimum (the admissible range ends near
@@ -260,8 +301,9 @@ def ode_optimal(model, d: float, eta: float, lr_guess: float, m0: float | None =
     return math.exp(cache[best]), math.exp(best), len(cache)
 
 
-def ode_gains(expr, L: int, d: float, eta: float, lr: float, activation: str = "relu",
-              start: str = "fixed") -> dict:
+def ode_gains(
+    expr, L: int, d: float, eta: float, lr: float, activation: str = "relu", start: str = "fixed"
+) -> dict:
     """Gains of the full ODE: ``gain_equal_ode`` (both at ``lr``) and ``gain_optimal_ode``
     (each network at its ODE-optimal step size, :func:`ode_optimal`).  start: "fixed" (every row
     at m0 = 1/sqrt(d)) or "typical" (:func:`typical_start`, matching random starts)."""
@@ -277,9 +319,11 @@ def ode_gains(expr, L: int, d: float, eta: float, lr: float, activation: str = "
     out = dict(ode_start=start, m0_tied=m0t, m0_untied_row=m0u)
     nt = ode_escape_steps(tn, lr, d, eta, m0t) if c["tied_escapes"] else math.inf
     nu = ode_escape_steps(un, lr, d, eta, m0u)
-    out.update(nu_equal_tied_ode=nt, nu_equal_untied_ode=nu,
-               gain_equal_ode=(nu / nt) if math.isfinite(nt) else (0.0 if math.isfinite(nu)
-                                                                    else None))
+    out.update(
+        nu_equal_tied_ode=nt,
+        nu_equal_untied_ode=nu,
+        gain_equal_ode=(nu / nt) if math.isfinite(nt) else (0.0 if math.isfinite(nu) else None),
+    )
     ok = lambda x: x is not None and math.isfinite(x) and x > 0
     if c["tied_escapes"] and ok(c["lr_opt_tied_closed"]):
         st, lt, _ = ode_optimal(tn, d, eta, c["lr_opt_tied_closed"], m0t)
@@ -289,9 +333,13 @@ def ode_gains(expr, L: int, d: float, eta: float, lr: float, activation: str = "
         su, lu, _ = ode_optimal(un, d, eta, c["lr_opt_untied_closed"], m0u)
     else:
         su, lu = math.inf, math.nan
-    out.update(nu_opt_tied_ode=st, nu_opt_untied_ode=su, lr_opt_tied_ode=lt, lr_opt_untied_ode=lu,
-               gain_optimal_ode=(su / st) if math.isfinite(st) else (0.0 if math.isfinite(su)
-                                                                     else None))
+    out.update(
+        nu_opt_tied_ode=st,
+        nu_opt_untied_ode=su,
+        lr_opt_tied_ode=lt,
+        lr_opt_untied_ode=lu,
+        gain_optimal_ode=(su / st) if math.isfinite(st) else (0.0 if math.isfinite(su) else None),
+    )
     if out["gain_optimal_ode"] is not None and not math.isfinite(out["gain_optimal_ode"]):
         out["gain_optimal_ode"] = None  # untied stuck too
     if out["gain_equal_ode"] is not None and not math.isfinite(out["gain_equal_ode"]):
@@ -364,10 +412,18 @@ def flat_chunk_numpy(c, r, alpha, beta, chi, Y, h, act, eta2):
     return hit, loss_sum
 
 
-
-def simulate_flat_untied(expr, L: int, d: int, lr: float, seed, *, eta: float = 0.5,
-                         max_steps: int = 10**8, activation: str = "relu",
-                         chunk: int = 1 << 14):
+def simulate_flat_untied(
+    expr,
+    L: int,
+    d: int,
+    lr: float,
+    seed,
+    *,
+    eta: float = 0.5,
+    max_steps: int = 10**8,
+    activation: str = "relu",
+    chunk: int = 1 << 14,
+):
     """Escape step of the flattened untied network (exact reduced chain, :func:`flat_chunk`)
     from a uniformly random start on the sphere of R^{L d}: returns the first step with
     m_untied = ||W w*/d|| / sqrt(L) >= eta, or None within ``max_steps``."""
@@ -380,8 +436,9 @@ def simulate_flat_untied(expr, L: int, d: int, lr: float, seed, *, eta: float = 
     check_positive("lr", lr)
     act = ACTIVATIONS.get(str(activation).lower())
     if act is None:
-        raise ValueError(f"activation {activation!r} is not available; use one of "
-                         f"{sorted(ACTIVATIONS)}")
+        raise ValueError(
+            f"activation {activation!r} is not available; use one of {sorted(ACTIVATIONS)}"
+        )
     tfn = _target_callable(("expr", expr), L)
     rng = as_rng(seed)
     D = L * d
@@ -477,9 +534,21 @@ def _summarise(nu_list, max_steps):
 def _escape_stats(spec, d, lr, seeds, eta, max_steps, workers, progress, out=None):
     from theory.simulate.sgd import simulate_seeds
 
-    res = simulate_seeds(spec, d, lr, seeds, reduced=True, workers=workers, progress=progress,
-                         eta=eta, max_steps=max_steps, margin=0.0, t_margin=0.0, out=out,
-                         n_record=2)
+    res = simulate_seeds(
+        spec,
+        d,
+        lr,
+        seeds,
+        reduced=True,
+        workers=workers,
+        progress=progress,
+        eta=eta,
+        max_steps=max_steps,
+        margin=0.0,
+        t_margin=0.0,
+        out=out,
+        n_record=2,
+    )
     return _summarise([r.steps_escape for r in res], max_steps)
 
 
@@ -502,15 +571,36 @@ def _scan(run, cand, step_rule):
 
 def _ratio_err(mu, su, mt, st):
     gain = mu / mt if mt > 0 and math.isfinite(mt) else math.nan
-    err = gain * math.hypot(st / mt, su / mu) if mt > 0 and mu > 0 and math.isfinite(
-        mu * mt) else math.nan
+    err = (
+        gain * math.hypot(st / mt, su / mu)
+        if mt > 0 and mu > 0 and math.isfinite(mu * mt)
+        else math.nan
+    )
     return gain, err
 
 
-def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_rule="equal",
-               activation="relu", eta=0.5, lrs=None, lr_factors=(0.5, 0.71, 1.0, 1.41),
-               max_steps=None, workers=None, progress=False, rng=0, ode=True,
-               ode_start="typical", untied_norms=("rows",), cache_dir=None) -> list[dict]:
+def gain_curve(
+    target,
+    Ls,
+    *,
+    simulate=False,
+    d=1000,
+    lr=0.05,
+    seeds=16,
+    step_rule="equal",
+    activation="relu",
+    eta=0.5,
+    lrs=None,
+    lr_factors=(0.5, 0.71, 1.0, 1.41),
+    max_steps=None,
+    workers=None,
+    progress=False,
+    rng=0,
+    ode=True,
+    ode_start="typical",
+    untied_norms=("rows",),
+    cache_dir=None,
+) -> list[dict]:
     """Rows (one per L) with the predicted and (optionally) simulated tied/untied gain.
 
     Row fields: L, target, sie, tied_contraction, op_norm, gain_optimal, gain_equal (the spec's
@@ -537,8 +627,9 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
         raise ValueError(f"step_rule must be 'equal' or 'optimal', got {step_rule!r}")
     bad = [u for u in untied_norms if u not in UNTIED_NORMS]
     if bad or not untied_norms:
-        raise ValueError(f"untied_norms must be a non-empty subset of {UNTIED_NORMS}, got "
-                         f"{untied_norms!r}")
+        raise ValueError(
+            f"untied_norms must be a non-empty subset of {UNTIED_NORMS}, got {untied_norms!r}"
+        )
     Ls = [int(L) for L in np.atleast_1d(Ls)]
     if not Ls or min(Ls) < 1:
         raise ValueError("Ls must be positive integers")
@@ -554,29 +645,51 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
     for L in Ls:
         expr = family_target(target, L)
         rep = analyze(expr, L)
-        row = dict(L=L, target=str(expr), sie=rep.sie, tied_contraction=rep.tied_contraction,
-                   op_norm=rep.op_norm, gain_optimal=rep.gain_optimal,
-                   gain_equal=rep.gain_equal, step_rule=step_rule,
-                   gain_predicted=rep.gain_optimal if step_rule == "optimal" else rep.gain_equal,
-                   d=d, eta=eta, lr=lr, activation=activation)
+        row = dict(
+            L=L,
+            target=str(expr),
+            sie=rep.sie,
+            tied_contraction=rep.tied_contraction,
+            op_norm=rep.op_norm,
+            gain_optimal=rep.gain_optimal,
+            gain_equal=rep.gain_equal,
+            step_rule=step_rule,
+            gain_predicted=rep.gain_optimal if step_rule == "optimal" else rep.gain_equal,
+            d=d,
+            eta=eta,
+            lr=lr,
+            activation=activation,
+        )
         cf = closed_form_gains(expr, L, d, eta, lr, activation)
-        for key in ("A_tied", "A_untied", "K_tied", "K_row", "mu_k", "tied_escapes",
-                    "gain_equal_closed", "gain_optimal_closed", "lr_opt_tied_closed",
-                    "lr_opt_untied_closed", "nu_opt_tied_closed", "nu_opt_untied_closed",
-                    "nu_equal_tied_closed", "nu_equal_untied_closed"):
+        for key in (
+            "A_tied",
+            "A_untied",
+            "K_tied",
+            "K_row",
+            "mu_k",
+            "tied_escapes",
+            "gain_equal_closed",
+            "gain_optimal_closed",
+            "lr_opt_tied_closed",
+            "lr_opt_untied_closed",
+            "nu_opt_tied_closed",
+            "nu_opt_untied_closed",
+            "nu_equal_tied_closed",
+            "nu_equal_untied_closed",
+        ):
             row[key] = cf.get(key)
         lr_centre = dict(tied=cf.get("lr_opt_tied_closed"), untied=cf.get("lr_opt_untied_closed"))
         if ode and rep.sie is not None:
             og = ode_gains(expr, L, d, eta, lr, activation, start=ode_start)
             row.update(og)
-            row["gain_predicted_ode"] = og["gain_optimal_ode" if step_rule == "optimal"
-                                           else "gain_equal_ode"]
+            row["gain_predicted_ode"] = og[
+                "gain_optimal_ode" if step_rule == "optimal" else "gain_equal_ode"
+            ]
             lr_centre = dict(tied=og["lr_opt_tied_ode"], untied=og["lr_opt_untied_ode"])
         if simulate:
             cap0 = int(max_steps) if max_steps is not None else None
             best = {}
-            kinds = ["tied"] + [("untied" if u == "rows" else "untied_flat")
-                                for u in untied_norms]
+            kinds = ["tied"] + [("untied" if u == "rows" else "untied_flat") for u in untied_norms]
             for kind in kinds:
                 if step_rule == "equal":
                     cand = [lr]
@@ -586,44 +699,81 @@ def gain_curve(target, Ls, *, simulate=False, d=1000, lr=0.05, seeds=16, step_ru
                     c0 = lr_centre["tied" if kind == "tied" else "untied"]
                     if c0 is None or not math.isfinite(c0):
                         c0 = lr
-                    cand = sorted((c0 * f for f in lr_factors),
-                                  key=lambda g: abs(math.log(g / c0)))
+                    cand = sorted((c0 * f for f in lr_factors), key=lambda g: abs(math.log(g / c0)))
                 if cap0 is None:
-                    ref = max(row.get("nu_opt_untied_ode") or 0.0,
-                              row.get("nu_equal_untied_ode") or 0.0, 1e4)
-                    base_cap = int(min(50 * ref if math.isfinite(ref) else 1e9,
-                                       200 * d / min(cand)))
+                    ref = max(
+                        row.get("nu_opt_untied_ode") or 0.0,
+                        row.get("nu_equal_untied_ode") or 0.0,
+                        1e4,
+                    )
+                    base_cap = int(
+                        min(50 * ref if math.isfinite(ref) else 1e9, 200 * d / min(cand))
+                    )
                 else:
                     base_cap = cap0
 
                 if kind == "untied_flat":
+
                     def run(g, cap, _e=expr, _L=L, _b=base_cap):
                         cap = _b if cap is None else min(cap, _b)
-                        out = _cache_path(cache_dir, "flat", dict(
-                            target=str(_e), L=_L, d=int(d), lr=g, eta=eta, cap=cap,
-                            act=activation))
-                        nus = _flat_seeds(_e, _L, int(d), g, seed_list, workers, out=out,
-                                          eta=eta, max_steps=cap, activation=activation)
+                        out = _cache_path(
+                            cache_dir,
+                            "flat",
+                            dict(
+                                target=str(_e),
+                                L=_L,
+                                d=int(d),
+                                lr=g,
+                                eta=eta,
+                                cap=cap,
+                                act=activation,
+                            ),
+                        )
+                        nus = _flat_seeds(
+                            _e,
+                            _L,
+                            int(d),
+                            g,
+                            seed_list,
+                            workers,
+                            out=out,
+                            eta=eta,
+                            max_steps=cap,
+                            activation=activation,
+                        )
                         return _summarise(nus, cap)
                 else:
                     spec = SimSpec(kind=kind, L=L, target=("expr", expr), activation=activation)
 
                     def run(g, cap, _s=spec, _b=base_cap):
                         cap = _b if cap is None else min(cap, _b)
-                        out = _cache_path(cache_dir, _s.kind, dict(
-                            spec=_s.describe(), d=int(d), lr=g, eta=eta, cap=cap))
-                        return _escape_stats(_s, d, g, seed_list, eta, cap, workers, progress,
-                                             out=out)
+                        out = _cache_path(
+                            cache_dir,
+                            _s.kind,
+                            dict(spec=_s.describe(), d=int(d), lr=g, eta=eta, cap=cap),
+                        )
+                        return _escape_stats(
+                            _s, d, g, seed_list, eta, cap, workers, progress, out=out
+                        )
+
                 best[kind], row[f"scan_{kind}"] = _scan(run, cand, step_rule)
             mt, st, kt, gt = best["tied"]
-            row.update(nu_tied=mt, nu_tied_err=st, lr_tied=gt, stuck_tied=kt,
-                       n_seeds=len(seed_list))
+            row.update(
+                nu_tied=mt, nu_tied_err=st, lr_tied=gt, stuck_tied=kt, n_seeds=len(seed_list)
+            )
             for kind in kinds[1:]:
                 mu, su, ku, gu = best[kind]
                 sfx = "" if kind == "untied" else "_flat"
                 gain, err = _ratio_err(mu, su, mt, st)
-                row.update({f"gain_sim{sfx}": gain, f"gain_sim{sfx}_err": err,
-                            f"nu_untied{sfx}": mu, f"nu_untied{sfx}_err": su,
-                            f"lr_untied{sfx}": gu, f"stuck_untied{sfx}": ku})
+                row.update(
+                    {
+                        f"gain_sim{sfx}": gain,
+                        f"gain_sim{sfx}_err": err,
+                        f"nu_untied{sfx}": mu,
+                        f"nu_untied{sfx}_err": su,
+                        f"lr_untied{sfx}": gu,
+                        f"stuck_untied{sfx}": ku,
+                    }
+                )
         rows.append(row)
     return rows

@@ -109,8 +109,9 @@ def _newton(x, w, V, kappa, astar, bstar, *, max_iter=100, gtol=1e-13):
         gn = np.sqrt((g**2).sum(-1))
         active = gn > gtol * (1 + np.abs(xa).sum(-1)) / Va
         if not active.all():
-            idx, xa, wa, Va, ka, aa, ba, g, H = (v[active] for v in (idx, xa, wa, Va, ka, aa,
-                                                                    ba, g, H))
+            idx, xa, wa, Va, ka, aa, ba, g, H = (
+                v[active] for v in (idx, xa, wa, Va, ka, aa, ba, g, H)
+            )
         if idx.size == 0:
             break
         tr = H[:, 0, 0] + H[:, 1, 1]
@@ -135,11 +136,11 @@ def _newton(x, w, V, kappa, astar, bstar, *, max_iter=100, gtol=1e-13):
             xb, pb, wb, Vb = xa[bad], p[bad], wa[bad], Va[bad]
             xs = xb[None] + steps[1:, None, None] * pb[None]
             fs = ((xs - wb[None]) ** 2).sum(-1) / (2 * Vb[None]) + _phi(
-                xs, ka[bad][None], aa[bad][None], ba[bad][None])
+                xs, ka[bad][None], aa[bad][None], ba[bad][None]
+            )
             ok = fs <= (f0[bad] + slack[bad])[None] + 1e-4 * steps[1:, None] * slope[bad][None]
             first = np.argmax(ok, axis=0)
-            tb = np.where(ok.any(axis=0), steps[1:][first],
-                          np.where(shift[bad] == 0, 1.0, 0.0))
+            tb = np.where(ok.any(axis=0), steps[1:][first], np.where(shift[bad] == 0, 1.0, 0.0))
             t[bad] = tb
         x[idx] = xa + t[:, None] * p
     return x
@@ -164,8 +165,9 @@ def prox(w, V, kappa, astar, bstar, *, n_grid=11, x_start=None) -> Prox:
     w = np.asarray(w, float)
     n = w.shape[0]
     V = np.broadcast_to(np.asarray(V, float), (n,)).copy()
-    kappa, astar, bstar = (np.broadcast_to(np.asarray(v, float), (n,)) for v in (kappa, astar,
-                                                                                  bstar))
+    kappa, astar, bstar = (
+        np.broadcast_to(np.asarray(v, float), (n,)) for v in (kappa, astar, bstar)
+    )
     if x_start is not None:
         x = _newton(np.asarray(x_start, float), w, V, kappa, astar, bstar)
         return _finish(x, w, V, kappa, astar, bstar)
@@ -176,18 +178,29 @@ def prox(w, V, kappa, astar, bstar, *, n_grid=11, x_start=None) -> Prox:
     grid = grid[(grid**2).sum(-1) <= 1 + 1e-9]
     pts = w[:, None, :] + R[:, None, None] * grid[None]  # (n, G, 2)
     fg = ((pts - w[:, None]) ** 2).sum(-1) / (2 * V[:, None]) + _phi(
-        pts, kappa[:, None], astar[:, None], bstar[:, None])
+        pts, kappa[:, None], astar[:, None], bstar[:, None]
+    )
     best2 = np.argsort(fg, axis=1)[:, :2]
     zl = _zero_loss_points(astar, bstar)
     zl = np.where(np.isfinite(zl), zl, w)
-    starts = np.stack([w, zl, -zl, np.take_along_axis(pts, best2[:, 0, None, None], 1)[:, 0],
-                       np.take_along_axis(pts, best2[:, 1, None, None], 1)[:, 0]], axis=1)
+    starts = np.stack(
+        [
+            w,
+            zl,
+            -zl,
+            np.take_along_axis(pts, best2[:, 0, None, None], 1)[:, 0],
+            np.take_along_axis(pts, best2[:, 1, None, None], 1)[:, 0],
+        ],
+        axis=1,
+    )
     S = starts.shape[1]
     rep = lambda v: np.repeat(v, S, axis=0)
-    xs = _newton(starts.reshape(n * S, 2), rep(w), rep(V), rep(kappa), rep(astar),
-                 rep(bstar)).reshape(n, S, 2)
+    xs = _newton(
+        starts.reshape(n * S, 2), rep(w), rep(V), rep(kappa), rep(astar), rep(bstar)
+    ).reshape(n, S, 2)
     fs = ((xs - w[:, None]) ** 2).sum(-1) / (2 * V[:, None]) + _phi(
-        xs, kappa[:, None], astar[:, None], bstar[:, None])
+        xs, kappa[:, None], astar[:, None], bstar[:, None]
+    )
     k = np.argmin(fs, axis=1)
     return _finish(xs[np.arange(n), k], w, V, kappa, astar, bstar)
 
@@ -319,8 +332,9 @@ def initial_gamp_weights(init, problem, seed, init_scale=None):
     "positional" without ``init_scale`` is ``0.2 1_d`` (m = 0.2, the spec §4 start)."""
     if init == "positional" and init_scale is None:
         return np.full(problem.d, POSITIONAL_M0)
-    return initial_weights(init, problem.teacher, seed,
-                           init_scale=1.0 if init_scale is None else init_scale)
+    return initial_weights(
+        init, problem.teacher, seed, init_scale=1.0 if init_scale is None else init_scale
+    )
 
 
 def _effective_prox(w, V, hstar, params):
@@ -329,11 +343,34 @@ def _effective_prox(w, V, hstar, params):
     return Prox(x=r.x, jac=r.jac, value=r.value)
 
 
-def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A=None,
-             max_iter=400, mixing=0.2, tol=1e-6, V0=10.0, channel="exact", n_test=10_000,
-             init_scale=None, problem=None, Q0=None, return_weights=False, prox_mode="auto",
-             n_global=30, divergence="jacobian", fd_delta=None, restarts=2,
-             stall_window=20, stall_factor=0.7):
+def run_gamp(
+    alpha,
+    omega,
+    d,
+    init="semantic",
+    seed=0,
+    *,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    max_iter=400,
+    mixing=0.2,
+    tol=1e-6,
+    V0=10.0,
+    channel="exact",
+    n_test=10_000,
+    init_scale=None,
+    problem=None,
+    Q0=None,
+    return_weights=False,
+    prox_mode="auto",
+    n_global=30,
+    divergence="jacobian",
+    fd_delta=None,
+    restarts=2,
+    stall_window=20,
+    stall_factor=0.7,
+):
     """Run GAMP on one seed's data (same teacher/data as :func:`simulate_gd` with that seed).
 
     Damping (``mixing`` = weight of the new iterate): ``Qhat``, ``V`` and the Onsager term
@@ -413,16 +450,33 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
     d = problem.d
     s2 = sigma**2
     ch = data.channel(channel, sigma)
-    params = ps.ERMParams(sigma=sigma, lam=lam, omega=omega, A=A) \
-        if channel == "effective" else None
-    Q = np.array(Q0, float) if Q0 is not None else initial_gamp_weights(init, problem, seed,
-                                                                        init_scale)
+    params = (
+        ps.ERMParams(sigma=sigma, lam=lam, omega=omega, A=A) if channel == "effective" else None
+    )
+    Q = (
+        np.array(Q0, float)
+        if Q0 is not None
+        else initial_gamp_weights(init, problem, seed, init_scale)
+    )
     Q_init = Q.copy()
     V = float(V0)
     O = np.zeros((data.n, 2))  # damped Onsager term
     x_prev = data.fields(Q)
-    hist = {k: [] for k in ("q", "m", "theta", "V", "Vhat", "residual", "stability",
-                            "stability_max", "fd_flagged", "mixing")}
+    hist = {
+        k: []
+        for k in (
+            "q",
+            "m",
+            "theta",
+            "V",
+            "Vhat",
+            "residual",
+            "stability",
+            "stability_max",
+            "fd_flagged",
+            "mixing",
+        )
+    }
     mixing0, backoffs, start, global_until, budget = mixing, [], 0, n_global, int(max_iter)
     status, it, Vhat, stab, n_clipped = "max_iter", 0, np.nan, np.nan, 0
     delta = default_fd_delta(data.n) if fd_delta is None else float(fd_delta)
@@ -459,8 +513,7 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
             Vhat = -div.sum() / d
         if divergence == "stein":
             q, m, th = hist["q"][-1], hist["m"][-1], hist["theta"][-1]
-            Vhat, _ = stein_hats(w - SIGNS * m, data.hstar, g, q, th, teacher.rho, data.n / d,
-                                 Vhat)
+            Vhat, _ = stein_hats(w - SIGNS * m, data.hstar, g, q, th, teacher.rho, data.n / d, Vhat)
         if not np.isfinite(Vhat):
             status = "nan"
             break
@@ -473,8 +526,7 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         dg = (px.jac - np.eye(2)) / V  # d g / d w, (n, 2, 2)
         per_sample = V_new**2 * (dg**2).sum(axis=(1, 2)) / d
         stab = per_sample.sum()
-        res = max(np.linalg.norm(Q_new - Q) / max(np.linalg.norm(Q), 1e-300),
-                  abs(V_new - V) / V)
+        res = max(np.linalg.norm(Q_new - Q) / max(np.linalg.norm(Q), 1e-300), abs(V_new - V) / V)
         Q = mixing * Q_new + (1 - mixing) * Q
         O = mixing * V_new * g + (1 - mixing) * O
         V = mixing * V_new + (1 - mixing) * V
@@ -491,7 +543,7 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         W = int(stall_window)
         if len(backoffs) < restarts and it - start >= max(2 * W, n_global + W):
             r_hist = hist["residual"]
-            if min(r_hist[-W:]) > stall_factor * min(r_hist[-2 * W:-W]):
+            if min(r_hist[-W:]) > stall_factor * min(r_hist[-2 * W : -W]):
                 mixing /= 2
                 backoffs.append((it, mixing))
                 start, global_until = it, it + n_global
@@ -503,21 +555,50 @@ def run_gamp(alpha, omega, d, init="semantic", seed=0, *, sigma=0.5, lam=0.01, A
         # the sample that dominates the stability index: eigenvalues of V d g / d w (> 0 only
         # for a non-convex basin; large near a fold of the basin, where I + V hess -> singular)
         i = int(np.argmax(per_sample))
-        worst = dict(stability_max=float(per_sample[i]), stability_max_sample=i,
-                     stability_max_eigs=np.linalg.eigvalsh(V * dg[i]).tolist())
+        worst = dict(
+            stability_max=float(per_sample[i]),
+            stability_max_sample=i,
+            stability_max_eigs=np.linalg.eigvalsh(V * dg[i]).tolist(),
+        )
     fields = evaluate(Q, problem, lam, seed=seed, init=init)
     out = GAMPResult(
-        V=V, Vhat=float(Vhat), iterations=it, channel=channel, stability=float(stab),
-        status=status, message=f"GAMP ({channel} channel): {status} after {it} iterations",
+        V=V,
+        Vhat=float(Vhat),
+        iterations=it,
+        channel=channel,
+        stability=float(stab),
+        status=status,
+        message=f"GAMP ({channel} channel): {status} after {it} iterations",
         history={k: np.array(v) for k, v in hist.items()},
-        params=dict(alpha=float(alpha), omega=float(omega), d=d, sigma=sigma, lam=lam,
-                    A=A.tolist(), init=init, seed=int(seed), mixing=mixing0, tol=tol, V0=V0,
-                    max_iter=max_iter, channel=channel, prox_mode=prox_mode, n_global=n_global,
-                    divergence=divergence, fd_delta=delta if divergence == "fd" else None,
-                    restarts=restarts, stall_window=stall_window, stall_factor=stall_factor),
-        metadata=dict(method="gamp", n_vhat_clipped=int(n_clipped),
-                      restarts=[[int(i), float(mu)] for i, mu in backoffs],
-                      mixing_final=float(mixing), **worst),
+        params=dict(
+            alpha=float(alpha),
+            omega=float(omega),
+            d=d,
+            sigma=sigma,
+            lam=lam,
+            A=A.tolist(),
+            init=init,
+            seed=int(seed),
+            mixing=mixing0,
+            tol=tol,
+            V0=V0,
+            max_iter=max_iter,
+            channel=channel,
+            prox_mode=prox_mode,
+            n_global=n_global,
+            divergence=divergence,
+            fd_delta=delta if divergence == "fd" else None,
+            restarts=restarts,
+            stall_window=stall_window,
+            stall_factor=stall_factor,
+        ),
+        metadata=dict(
+            method="gamp",
+            n_vhat_clipped=int(n_clipped),
+            restarts=[[int(i), float(mu)] for i, mu in backoffs],
+            mixing_final=float(mixing),
+            **worst,
+        ),
         **fields,
     )
     return (out, Q) if return_weights else out
@@ -556,8 +637,21 @@ class SEResult(Result):
     mixing: float
 
 
-def state_evolution(alpha, omega, n_iter, *, gram, V0=10.0, mixing=0.3, sigma=0.5, lam=0.01,
-                    A=None, n_pop=100_000, rng=0, divergence="stein") -> SEResult:
+def state_evolution(
+    alpha,
+    omega,
+    n_iter,
+    *,
+    gram,
+    V0=10.0,
+    mixing=0.3,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    n_pop=100_000,
+    rng=0,
+    divergence="stein",
+) -> SEResult:
     """State evolution of :func:`run_gamp` (effective channel, global prox), ANY ``mixing``.
 
     Why two-time: damping mixes vectors, ``Qhat_t = mixing Qnew_t + (1 - mixing) Qhat_{t-1}``,
@@ -617,8 +711,10 @@ def state_evolution(alpha, omega, n_iter, *, gram, V0=10.0, mixing=0.3, sigma=0.
     # the damped iterate Qhat = u . (1, Q*, Q0) + k . zeta
     u, k = np.array([0.0, 0.0, 1.0]), np.zeros(T)
     V = float(V0)
-    hist = {key: [] for key in ("q", "m", "theta", "V", "Vhat", "Vhat_stein", "mhat",
-                                "thetahat", "qhat")}
+    hist = {
+        key: []
+        for key in ("q", "m", "theta", "V", "Vhat", "Vhat_stein", "mhat", "thetahat", "qhat")
+    }
     Cz = np.zeros((T, T))  # sigma^2 Chat (Gram of the zeta's)
 
     def overl(u, k, t):
@@ -673,22 +769,56 @@ def state_evolution(alpha, omega, n_iter, *, gram, V0=10.0, mixing=0.3, sigma=0.
         u = mixing * ub / D + (1 - mixing) * u
         k = mixing * kb / D + (1 - mixing) * k
         V = mixing * s2 / D + (1 - mixing) * V
-        record(u, k, t + 1, V, Vhat=Vhat, Vhat_stein=Vhat_true, mhat=mhat, thetahat=thetahat,
-               qhat=alpha * np.mean((g * g).sum(-1)))
+        record(
+            u,
+            k,
+            t + 1,
+            V,
+            Vhat=Vhat,
+            Vhat_stein=Vhat_true,
+            mhat=mhat,
+            thetahat=thetahat,
+            qhat=alpha * np.mean((g * g).sum(-1)),
+        )
     return SEResult(
-        n_pop=N, mixing=float(mixing), status=status,
-        message=f"two-time state evolution, {len(hist['q']) - 1} iterations, "
-                f"population {N}",
+        n_pop=N,
+        mixing=float(mixing),
+        status=status,
+        message=f"two-time state evolution, {len(hist['q']) - 1} iterations, population {N}",
         history={key: np.array(v) for key, v in hist.items()},
-        params=dict(alpha=float(alpha), omega=float(omega), sigma=sigma, lam=lam,
-                    A=A.tolist(), V0=V0, mixing=mixing, gram=G.tolist(), n_iter=T,
-                    divergence=divergence),
-        metadata=dict(method="population Monte Carlo, incremental QR"))
+        params=dict(
+            alpha=float(alpha),
+            omega=float(omega),
+            sigma=sigma,
+            lam=lam,
+            A=A.tolist(),
+            V0=V0,
+            mixing=mixing,
+            gram=G.tolist(),
+            n_iter=T,
+            divergence=divergence,
+        ),
+        metadata=dict(method="population Monte Carlo, incremental QR"),
+    )
 
 
-def tracking(alpha, omega, d, seed=0, init="semantic", *, n_iter=30, mixing=0.3, V0=10.0,
-             divergence="jacobian", n_pop=50_000, sigma=0.5, lam=0.01, A=None,
-             problem=None) -> dict:
+def tracking(
+    alpha,
+    omega,
+    d,
+    seed=0,
+    init="semantic",
+    *,
+    n_iter=30,
+    mixing=0.3,
+    V0=10.0,
+    divergence="jacobian",
+    n_pop=50_000,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    problem=None,
+) -> dict:
     """GAMP (effective channel, global prox) on one instance and its two-time state evolution
     from the matching initialisation (the instance's Gram of ``(1, Q*, Q0)``).
 
@@ -697,13 +827,40 @@ def tracking(alpha, omega, d, seed=0, init="semantic", *, n_iter=30, mixing=0.3,
     """
     if problem is None:
         problem = make_problem(alpha, omega, d, seed, sigma=sigma, A=A, n_test=2)
-    r = run_gamp(alpha, omega, d, init, seed, sigma=sigma, lam=lam, A=A, problem=problem,
-                 mixing=mixing, max_iter=n_iter, tol=0.0, V0=V0, channel="effective",
-                 prox_mode="global", divergence=divergence, restarts=0)
+    r = run_gamp(
+        alpha,
+        omega,
+        d,
+        init,
+        seed,
+        sigma=sigma,
+        lam=lam,
+        A=A,
+        problem=problem,
+        mixing=mixing,
+        max_iter=n_iter,
+        tol=0.0,
+        V0=V0,
+        channel="effective",
+        prox_mode="global",
+        divergence=divergence,
+        restarts=0,
+    )
     G = instance_gram(problem, initial_gamp_weights(init, problem, seed))
-    se = state_evolution(alpha, omega, n_iter, gram=G, V0=V0, mixing=mixing, sigma=sigma,
-                         lam=lam, A=A, n_pop=n_pop, rng=np.random.SeedSequence([seed, d, 7]),
-                         divergence=divergence)
+    se = state_evolution(
+        alpha,
+        omega,
+        n_iter,
+        gram=G,
+        V0=V0,
+        mixing=mixing,
+        sigma=sigma,
+        lam=lam,
+        A=A,
+        n_pop=n_pop,
+        rng=np.random.SeedSequence([seed, d, 7]),
+        divergence=divergence,
+    )
     hg, hs = r.history, se.history
     t = min(len(hg["q"]), len(hs["q"]))
     dev = {k: float(np.max(np.abs(hg[k][1:t] - hs[k][1:t]))) for k in ("q", "m", "theta")}
@@ -711,8 +868,19 @@ def tracking(alpha, omega, d, seed=0, init="semantic", *, n_iter=30, mixing=0.3,
     return dict(gamp=hg, se=hs, dev=dev, status=(r.status, se.status))
 
 
-def state_evolution_onetime(state0: dict, alpha, omega, n_iter, *, mixing=1.0, sigma=0.5,
-                            lam=0.01, A=None, rho=None, rule=None) -> dict:
+def state_evolution_onetime(
+    state0: dict,
+    alpha,
+    omega,
+    n_iter,
+    *,
+    mixing=1.0,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    rho=None,
+    rule=None,
+) -> dict:
     """The damped one-time iteration of the state equations in the overlaps,
     ``(q, m, theta, V) <- mixing F(q, m, theta, V) + (1 - mixing) (q, m, theta, V)``, with E1's
     public ``channel`` / ``hats_from_channel`` / ``overlaps_from_hats`` (split quadrature).
@@ -737,5 +905,16 @@ def state_evolution_onetime(state0: dict, alpha, omega, n_iter, *, mixing=1.0, s
     return {key: np.array(v) for key, v in out.items()}
 
 
-__all__ = ["prox", "Prox", "run_gamp", "GAMPResult", "state_evolution", "SEResult",
-           "state_evolution_onetime", "instance_gram", "tracking", "large_d_gram", "sigmoid"]
+__all__ = [
+    "prox",
+    "Prox",
+    "run_gamp",
+    "GAMPResult",
+    "state_evolution",
+    "SEResult",
+    "state_evolution_onetime",
+    "instance_gram",
+    "tracking",
+    "large_d_gram",
+    "sigmoid",
+]

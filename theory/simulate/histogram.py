@@ -142,9 +142,7 @@ def encode(text: str) -> np.ndarray:
     text = text.strip().upper()
     bad = [c for c in text if c not in ALPHABET]
     if bad or len(text) != L:
-        raise ValueError(
-            f"a sequence must be {L} letters from {ALPHABET}, got {text!r}"
-        )
+        raise ValueError(f"a sequence must be {L} letters from {ALPHABET}, got {text!r}")
     return np.array([ALPHABET.index(c) for c in text], dtype=np.int64)
 
 
@@ -172,8 +170,11 @@ class HistogramData:
 
     def subset(self, n_train: int, n_val: int) -> HistogramData:
         return dataclasses.replace(
-            self, x_train=self.x_train[:n_train], y_train=self.y_train[:n_train],
-            x_val=self.x_val[:n_val], y_val=self.y_val[:n_val],
+            self,
+            x_train=self.x_train[:n_train],
+            y_train=self.y_train[:n_train],
+            x_val=self.x_val[:n_val],
+            y_val=self.y_val[:n_val],
         )
 
 
@@ -200,8 +201,15 @@ def make_data(n_sequences: int = 50_000, rng=0, train_fraction: float = 0.7) -> 
     x = x[gen.permutation(len(x))]
     n_train = int(round(train_fraction * len(x)))
     y = counts(x)
-    return HistogramData(x[:n_train], y[:n_train], x[n_train:], y[n_train:],
-                         n_drawn=n_sequences, n_unique=len(x), seed=int(seed))
+    return HistogramData(
+        x[:n_train],
+        y[:n_train],
+        x[n_train:],
+        y[n_train:],
+        n_drawn=n_sequences,
+        n_unique=len(x),
+        seed=int(seed),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,8 +237,15 @@ def init_params(rng, dtype=np.float32) -> np.ndarray:
     P = unpack(theta)
     P["tok"][:] = gen.standard_normal(P["tok"].shape)
     P["pos"][:] = gen.standard_normal(P["pos"].shape)
-    for name, fan_in in (("Wq", D), ("Wk", D), ("Wv", D), ("W1", D), ("b1", D),
-                         ("W2", HIDDEN), ("b2", HIDDEN)):
+    for name, fan_in in (
+        ("Wq", D),
+        ("Wk", D),
+        ("Wv", D),
+        ("W1", D),
+        ("b1", D),
+        ("W2", HIDDEN),
+        ("b2", HIDDEN),
+    ):
         bound = 1 / np.sqrt(fan_in)
         P[name][:] = gen.uniform(-bound, bound, P[name].shape)
     P["ln_g"][:] = 1.0
@@ -289,8 +304,13 @@ def _log_softmax(logits):
     return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
-def loss_and_grad(theta: np.ndarray, tokens: np.ndarray, targets: np.ndarray,
-                  variant: str = "both", f: np.ndarray | None = None):
+def loss_and_grad(
+    theta: np.ndarray,
+    tokens: np.ndarray,
+    targets: np.ndarray,
+    variant: str = "both",
+    f: np.ndarray | None = None,
+):
     """Mean cross-entropy over the B*L positions and its gradient, a flat vector like theta.
 
     ``tokens``, ``targets``: (B, L) integer arrays.  Works in the dtype of ``theta``.
@@ -357,7 +377,7 @@ def predict(theta, tokens, variant="both", batch_size=512) -> np.ndarray:
     f = qk_mask(variant).astype(theta.dtype)
     out = []
     for s in range(0, len(tokens), batch_size):
-        logits, _ = _forward(theta, tokens[s:s + batch_size], f)
+        logits, _ = _forward(theta, tokens[s : s + batch_size], f)
         out.append(logits.argmax(-1).reshape(-1, L))
     return np.concatenate(out)
 
@@ -369,7 +389,7 @@ def evaluate(theta, x, y, variant="both", batch_size=512) -> dict:
     correct = 0
     seq_correct = 0
     for s in range(0, len(x), batch_size):
-        xb, yb = x[s:s + batch_size], y[s:s + batch_size]
+        xb, yb = x[s : s + batch_size], y[s : s + batch_size]
         logits, _ = _forward(theta, xb, f)
         logp = _log_softmax(logits)
         t = yb.reshape(-1)
@@ -378,8 +398,7 @@ def evaluate(theta, x, y, variant="both", batch_size=512) -> dict:
         correct += int(ok.sum())
         seq_correct += int(ok.all(-1).sum())
     n = len(x)
-    return dict(loss=tot_loss / (n * L), accuracy=correct / (n * L),
-                seq_accuracy=seq_correct / n)
+    return dict(loss=tot_loss / (n * L), accuracy=correct / (n * L), seq_accuracy=seq_correct / n)
 
 
 def full_gradient(theta, x, y, variant="both", batch_size=1000) -> np.ndarray:
@@ -387,8 +406,8 @@ def full_gradient(theta, x, y, variant="both", batch_size=1000) -> np.ndarray:
     f = qk_mask(variant)
     g = np.zeros_like(theta)
     for s in range(0, len(x), batch_size):
-        _, gb = loss_and_grad(theta, x[s:s + batch_size], y[s:s + batch_size], f=f)
-        g += gb * (len(x[s:s + batch_size]) / len(x))
+        _, gb = loss_and_grad(theta, x[s : s + batch_size], y[s : s + batch_size], f=f)
+        g += gb * (len(x[s : s + batch_size]) / len(x))
     return g
 
 
@@ -424,8 +443,8 @@ class Adam:
         np.multiply(grad, grad, out=tmp)
         tmp *= 1 - self.b2
         v += tmp
-        c1 = 1 - self.b1 ** self.t
-        c2 = 1 - self.b2 ** self.t
+        c1 = 1 - self.b1**self.t
+        c2 = 1 - self.b2**self.t
         # theta -= lr * (m / c1) / (sqrt(v / c2) + eps)
         np.sqrt(v, out=tmp)
         tmp *= 1 / np.sqrt(c2)
@@ -465,8 +484,16 @@ class SGD:
 # training
 # --------------------------------------------------------------------------------------------
 
-HISTORY_KEYS = ("epoch", "train_loss", "train_accuracy", "train_seq_accuracy", "val_loss",
-                "val_accuracy", "val_seq_accuracy", "seconds")
+HISTORY_KEYS = (
+    "epoch",
+    "train_loss",
+    "train_accuracy",
+    "train_seq_accuracy",
+    "val_loss",
+    "val_accuracy",
+    "val_seq_accuracy",
+    "seconds",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -510,15 +537,21 @@ def checkpoint_path(directory, config: dict) -> Path:
     tag = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
     return Path(directory) / (
         f"histogram-{config['variant']}-{config['optimizer']}-seed{config['seed']}-"
-        f"n{config['n_train']}-{tag}.npz")
+        f"n{config['n_train']}-{tag}.npz"
+    )
 
 
 def _save_checkpoint(path, config, theta, init_theta, opt, epoch, history):
     buf = io.BytesIO()
-    np.savez(buf, theta=theta, init_theta=init_theta, epoch=np.int64(epoch),
-             config=np.array(json.dumps(config, sort_keys=True)),
-             history=np.array(json.dumps(history)),
-             **{f"opt_{k}": v for k, v in opt.state().items()})
+    np.savez(
+        buf,
+        theta=theta,
+        init_theta=init_theta,
+        epoch=np.int64(epoch),
+        config=np.array(json.dumps(config, sort_keys=True)),
+        history=np.array(json.dumps(history)),
+        **{f"opt_{k}": v for k, v in opt.state().items()},
+    )
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -532,11 +565,22 @@ def load_checkpoint(path) -> dict:
     return out
 
 
-def train(data: HistogramData, variant: str = "semantic", epochs: int = 200, seed=0, *,
-          optimizer: str = "adam", lr: float = 1e-3, batch_size: int = 32,
-          dtype=np.float32, init_theta: np.ndarray | None = None,
-          checkpoint: str | Path | None = None, progress: bool = True,
-          callback=None, threads: int | None = 1) -> HistogramTrainResult:
+def train(
+    data: HistogramData,
+    variant: str = "semantic",
+    epochs: int = 200,
+    seed=0,
+    *,
+    optimizer: str = "adam",
+    lr: float = 1e-3,
+    batch_size: int = 32,
+    dtype=np.float32,
+    init_theta: np.ndarray | None = None,
+    checkpoint: str | Path | None = None,
+    progress: bool = True,
+    callback=None,
+    threads: int | None = 1,
+) -> HistogramTrainResult:
     """Train the one-layer model on ``data`` for ``epochs`` epochs (total, counting resumed ones).
 
     seed: int; initialisation from SeedSequence([seed, 0]) (unless ``init_theta`` is given),
@@ -549,13 +593,37 @@ def train(data: HistogramData, variant: str = "semantic", epochs: int = 200, see
     threads: BLAS threads during training (default 1: fastest for these tiny matrices).
     """
     with blas_threads(threads):
-        return _train(data, variant, epochs, seed, optimizer=optimizer, lr=lr,
-                      batch_size=batch_size, dtype=dtype, init_theta=init_theta,
-                      checkpoint=checkpoint, progress=progress, callback=callback)
+        return _train(
+            data,
+            variant,
+            epochs,
+            seed,
+            optimizer=optimizer,
+            lr=lr,
+            batch_size=batch_size,
+            dtype=dtype,
+            init_theta=init_theta,
+            checkpoint=checkpoint,
+            progress=progress,
+            callback=callback,
+        )
 
 
-def _train(data, variant, epochs, seed, *, optimizer, lr, batch_size, dtype, init_theta,
-           checkpoint, progress, callback):
+def _train(
+    data,
+    variant,
+    epochs,
+    seed,
+    *,
+    optimizer,
+    lr,
+    batch_size,
+    dtype,
+    init_theta,
+    checkpoint,
+    progress,
+    callback,
+):
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if optimizer not in ("adam", "sgd"):
@@ -575,13 +643,24 @@ def _train(data, variant, epochs, seed, *, optimizer, lr, batch_size, dtype, ini
         theta0 = np.array(init_theta, dtype=dtype)
         unpack(theta0)  # shape check
     n_train = len(data.x_train)
-    config = dict(variant=variant, seed=seed, optimizer=optimizer, lr=float(lr),
-                  batch_size=int(batch_size), dtype=dtype.name, n_train=n_train,
-                  n_val=len(data.x_val), data_seed=data.seed,
-                  data_digest=_theta_digest(data.x_train[:1000]),
-                  init=_theta_digest(theta0))
-    opt = (Adam(N_PARAMS, lr=lr, dtype=dtype) if optimizer == "adam"
-           else SGD(N_PARAMS, lr=lr, dtype=dtype))
+    config = dict(
+        variant=variant,
+        seed=seed,
+        optimizer=optimizer,
+        lr=float(lr),
+        batch_size=int(batch_size),
+        dtype=dtype.name,
+        n_train=n_train,
+        n_val=len(data.x_val),
+        data_seed=data.seed,
+        data_digest=_theta_digest(data.x_train[:1000]),
+        init=_theta_digest(theta0),
+    )
+    opt = (
+        Adam(N_PARAMS, lr=lr, dtype=dtype)
+        if optimizer == "adam"
+        else SGD(N_PARAMS, lr=lr, dtype=dtype)
+    )
     theta = theta0.copy()
     history = {k: [] for k in HISTORY_KEYS}
     start = 0
@@ -591,8 +670,10 @@ def _train(data, variant, epochs, seed, *, optimizer, lr, batch_size, dtype, ini
         if path.exists():
             ck = load_checkpoint(path)
             if ck["config"] != config:
-                raise ValueError(f"checkpoint {path} was written with different settings; "
-                                 "remove it or choose another --checkpoint directory")
+                raise ValueError(
+                    f"checkpoint {path} was written with different settings; "
+                    "remove it or choose another --checkpoint directory"
+                )
             theta = ck["theta"].astype(dtype)
             opt.load(ck["opt"])
             history = ck["history"]
@@ -603,24 +684,31 @@ def _train(data, variant, epochs, seed, *, optimizer, lr, batch_size, dtype, ini
     if progress and epochs > start:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=epochs, initial=start, desc=f"histogram {variant}", unit="epoch",
-                   leave=False)
+        bar = tqdm(
+            total=epochs, initial=start, desc=f"histogram {variant}", unit="epoch", leave=False
+        )
     try:
         for epoch in range(start, epochs):
             t0 = time.perf_counter()
             perm = _epoch_rng(seed, epoch).permutation(n_train)
             for s in range(0, n_train, batch_size):
-                idx = perm[s:s + batch_size]
+                idx = perm[s : s + batch_size]
                 _, g = loss_and_grad(theta, xs[idx], ys[idx], f=f)
                 opt.step(theta, g)
             if not np.all(np.isfinite(theta)):
                 break
             tr = evaluate(theta, xs, ys, variant)
             va = evaluate(theta, data.x_val, data.y_val, variant)
-            row = dict(epoch=epoch + 1, train_loss=tr["loss"], train_accuracy=tr["accuracy"],
-                       train_seq_accuracy=tr["seq_accuracy"], val_loss=va["loss"],
-                       val_accuracy=va["accuracy"], val_seq_accuracy=va["seq_accuracy"],
-                       seconds=time.perf_counter() - t0)
+            row = dict(
+                epoch=epoch + 1,
+                train_loss=tr["loss"],
+                train_accuracy=tr["accuracy"],
+                train_seq_accuracy=tr["seq_accuracy"],
+                val_loss=va["loss"],
+                val_accuracy=va["accuracy"],
+                val_seq_accuracy=va["seq_accuracy"],
+                seconds=time.perf_counter() - t0,
+            )
             for k in HISTORY_KEYS:
                 history[k].append(row[k])
             if path is not None:
@@ -640,13 +728,25 @@ def _train(data, variant, epochs, seed, *, optimizer, lr, batch_size, dtype, ini
     status = "ok" if finite else "nan"
     msg = "" if finite else f"parameters became non-finite in epoch {done + 1}"
     return HistogramTrainResult(
-        status=status, message=msg, history=history,
+        status=status,
+        message=msg,
+        history=history,
         params=dict(config, epochs=epochs),
-        metadata=dict(method="one-layer attention, hand-written backward, numpy",
-                      checkpoint=str(path) if path else None, n_params=N_PARAMS),
-        variant=variant, epochs=done, train_accuracy=tr["accuracy"],
-        val_accuracy=va["accuracy"], train_loss=tr["loss"], val_loss=va["loss"],
-        seconds=float(np.sum(history["seconds"])), theta=theta, init_theta=theta0)
+        metadata=dict(
+            method="one-layer attention, hand-written backward, numpy",
+            checkpoint=str(path) if path else None,
+            n_params=N_PARAMS,
+        ),
+        variant=variant,
+        epochs=done,
+        train_accuracy=tr["accuracy"],
+        val_accuracy=va["accuracy"],
+        train_loss=tr["loss"],
+        val_loss=va["loss"],
+        seconds=float(np.sum(history["seconds"])),
+        theta=theta,
+        init_theta=theta0,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -697,49 +797,85 @@ class StationarityResult(Result):
 
 
 @blas_threads(1)
-def stationarity(trained: HistogramTrainResult, data: HistogramData, *,
-                 retrain_epochs: int = 10, noise: float = 1e-3, lr: float = 1e-3,
-                 seed=0, batch_size: int = 32, checkpoint=None,
-                 progress: bool = True) -> StationarityResult:
+def stationarity(
+    trained: HistogramTrainResult,
+    data: HistogramData,
+    *,
+    retrain_epochs: int = 10,
+    noise: float = 1e-3,
+    lr: float = 1e-3,
+    seed=0,
+    batch_size: int = 32,
+    checkpoint=None,
+    progress: bool = True,
+) -> StationarityResult:
     """Embed the restricted model ``trained`` in the unrestricted one, perturb every parameter
     by ``noise`` * N(0, 1), retrain the unrestricted model (F = identity) with plain SGD
     (``lr``) for ``retrain_epochs`` epochs, and report how far the parameters move."""
     variant = trained.variant
     if variant == "both":
-        raise ValueError("the stationarity test needs a restricted model: train it with "
-                         "variant 'semantic' or 'positional'")
+        raise ValueError(
+            "the stationarity test needs a restricted model: train it with "
+            "variant 'semantic' or 'positional'"
+        )
     frozen = embed_restricted(trained.theta.astype(np.float64), variant)
     gen = np.random.default_rng(np.random.SeedSequence([int(seed), 2]))
     start = frozen + noise * gen.standard_normal(frozen.shape)
-    res = train(data, "both", retrain_epochs, seed=seed, optimizer="sgd", lr=lr,
-                batch_size=batch_size, dtype=trained.theta.dtype, init_theta=start,
-                checkpoint=checkpoint, progress=progress)
+    res = train(
+        data,
+        "both",
+        retrain_epochs,
+        seed=seed,
+        optimizer="sgd",
+        lr=lr,
+        batch_size=batch_size,
+        dtype=trained.theta.dtype,
+        init_theta=start,
+        checkpoint=checkpoint,
+        progress=progress,
+    )
     retrained = res.theta.astype(np.float64)
     start = res.init_theta.astype(np.float64)  # what training really started from (dtype)
     init = trained.init_theta.astype(np.float64)
     hidden = qk_mask(variant) == 0
     Pr = unpack(retrained)
     hidden_norm = float(np.sqrt((Pr["Wq"][hidden] ** 2).sum() + (Pr["Wk"][hidden] ** 2).sum()))
-    blocks = {k: float(np.linalg.norm(retrained[block_slice(k)] - frozen[block_slice(k)]))
-              for k in PARAM_SHAPES}
+    blocks = {
+        k: float(np.linalg.norm(retrained[block_slice(k)] - frozen[block_slice(k)]))
+        for k in PARAM_SHAPES
+    }
     va_frozen = evaluate(frozen.astype(trained.theta.dtype), data.x_val, data.y_val, "both")
     g_frozen = full_gradient(frozen, data.x_train, data.y_train, "both")
     g_init = full_gradient(init, data.x_train, data.y_train, "both")
     Gf = unpack(g_frozen)
     g_hidden = float(np.sqrt((Gf["Wq"][hidden] ** 2).sum() + (Gf["Wk"][hidden] ** 2).sum()))
     return StationarityResult(
-        status=res.status, message=res.message, history=res.history,
-        params=dict(variant=variant, retrain_epochs=retrain_epochs, noise=noise, lr=lr,
-                    seed=seed, batch_size=batch_size, trained_epochs=trained.epochs),
+        status=res.status,
+        message=res.message,
+        history=res.history,
+        params=dict(
+            variant=variant,
+            retrain_epochs=retrain_epochs,
+            noise=noise,
+            lr=lr,
+            seed=seed,
+            batch_size=batch_size,
+            trained_epochs=trained.epochs,
+        ),
         metadata=dict(method="embed restricted model, perturb, retrain unrestricted with SGD"),
-        variant=variant, retrain_epochs=res.epochs,
+        variant=variant,
+        retrain_epochs=res.epochs,
         distance_frozen_to_retrained=float(np.linalg.norm(retrained - frozen)),
         distance_init_to_frozen=float(np.linalg.norm(init - frozen)),
         distance_perturbation=float(np.linalg.norm(start - frozen)),
         hidden_norm_retrained=hidden_norm,
-        val_accuracy_frozen=va_frozen["accuracy"], val_accuracy_retrained=res.val_accuracy,
-        grad_norm_frozen=float(np.linalg.norm(g_frozen)), grad_norm_hidden_frozen=g_hidden,
-        grad_norm_init=float(np.linalg.norm(g_init)), block_distances=blocks)
+        val_accuracy_frozen=va_frozen["accuracy"],
+        val_accuracy_retrained=res.val_accuracy,
+        grad_norm_frozen=float(np.linalg.norm(g_frozen)),
+        grad_norm_hidden_frozen=g_hidden,
+        grad_norm_init=float(np.linalg.norm(g_init)),
+        block_distances=blocks,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -752,13 +888,16 @@ def save_model(path, result: HistogramTrainResult) -> Path:
 
     The initial parameters are stored only if they are not the seed's default initialisation
     (which :func:`load_model` regenerates)."""
-    seed_init = init_params(np.random.SeedSequence([int(result.params["seed"]), 0]),
-                            dtype=result.init_theta.dtype)
-    extra = {} if np.array_equal(seed_init, result.init_theta) else {
-        "init_theta": result.init_theta}
+    seed_init = init_params(
+        np.random.SeedSequence([int(result.params["seed"]), 0]), dtype=result.init_theta.dtype
+    )
+    extra = (
+        {} if np.array_equal(seed_init, result.init_theta) else {"init_theta": result.init_theta}
+    )
     buf = io.BytesIO()
-    np.savez_compressed(buf, theta=result.theta,
-                        summary=np.array(json.dumps(result.to_dict(history=True))), **extra)
+    np.savez_compressed(
+        buf, theta=result.theta, summary=np.array(json.dumps(result.to_dict(history=True))), **extra
+    )
     return atomic_write_bytes(path, buf.getvalue())
 
 
@@ -769,8 +908,9 @@ def load_model(path) -> HistogramTrainResult:
         init_theta = z["init_theta"] if "init_theta" in z.files else None
         d = json.loads(str(z["summary"]))
     if init_theta is None:
-        init_theta = init_params(np.random.SeedSequence([int(d["params"]["seed"]), 0]),
-                                 dtype=theta.dtype)
+        init_theta = init_params(
+            np.random.SeedSequence([int(d["params"]["seed"]), 0]), dtype=theta.dtype
+        )
     fields = {f.name for f in dataclasses.fields(HistogramTrainResult)}
     kw = {k: v for k, v in d.items() if k in fields}
     return HistogramTrainResult(**kw, theta=theta, init_theta=init_theta)

@@ -71,13 +71,41 @@ from theory.simulate.sgd import _DOC_COMMON, SGDResult, _run
 __all__ = ["simulate_reduced"]
 
 
-def simulate_reduced(model_spec, d, lr, seed, *, steps=None, m0=None, e0=None, start="random",
-                     eta=None, n_record=200, max_steps=10**9, margin=1.0,
-                     t_margin=10.0) -> SGDResult:
-    return _run(model_spec, d, lr, seed, steps=steps, m0=m0, e0=e0, start=start, eta=eta,
-                n_record=n_record, max_steps=max_steps, margin=margin, t_margin=t_margin,
-                backend="reduced")
+def simulate_reduced(
+    model_spec,
+    d,
+    lr,
+    seed,
+    *,
+    steps=None,
+    m0=None,
+    e0=None,
+    start="random",
+    eta=None,
+    n_record=200,
+    max_steps=10**9,
+    margin=1.0,
+    t_margin=10.0,
+) -> SGDResult:
+    return _run(
+        model_spec,
+        d,
+        lr,
+        seed,
+        steps=steps,
+        m0=m0,
+        e0=e0,
+        start=start,
+        eta=eta,
+        n_record=n_record,
+        max_steps=max_steps,
+        margin=margin,
+        t_margin=t_margin,
+        backend="reduced",
+    )
 
 
-simulate_reduced.__doc__ = ("The exact reduced chain of the frame coordinates (see the module "
-                            "docstring); cost per step independent of d.\n" + _DOC_COMMON)
+simulate_reduced.__doc__ = (
+    "The exact reduced chain of the frame coordinates (see the module "
+    "docstring); cost per step independent of d.\n" + _DOC_COMMON
+)

@@ -58,8 +58,15 @@ from theory.results import Result
 from theory.simulate import _blocknormal as BN
 from theory.simulate import _sgd_kernels as K
 
-__all__ = ["SimSpec", "SGDResult", "as_spec", "simulate_sgd", "simulate_seeds",
-           "classify_minimum", "load_results"]
+__all__ = [
+    "SimSpec",
+    "SGDResult",
+    "as_spec",
+    "simulate_sgd",
+    "simulate_seeds",
+    "classify_minimum",
+    "load_results",
+]
 
 
 # =========================================================================== model description
@@ -95,14 +102,17 @@ class SimSpec:
             if act not in K.ACTIVATIONS:
                 raise ValueError(
                     f"activation {self.activation!r} is not available in the simulator; use one "
-                    f"of {sorted(K.ACTIVATIONS)}")
+                    f"of {sorted(K.ACTIVATIONS)}"
+                )
             return K.HEAD_NETWORK, np.zeros((L, L)), K.ACTIVATIONS[act]
         if self.kind != "attention":
             raise ValueError(f"kind must be attention, tied or untied, got {self.kind!r}")
         if self.reduction == "identity":
             if self.target[0] not in ("ps", "psA"):
-                raise ValueError("the identity reduction needs a matrix target: use the "
-                                 "positional-semantic target (omega, a) or reduction='trace'")
+                raise ValueError(
+                    "the identity reduction needs a matrix target: use the "
+                    "positional-semantic target (omega, a) or reduction='trace'"
+                )
             return K.HEAD_MATRIX, np.zeros((L, L)), 0
         if self.target[0] in ("ps", "psA"):
             raise ValueError("the positional-semantic target is a matrix: use reduction='identity'")
@@ -114,14 +124,16 @@ class SimSpec:
             if a.shape != (L,) or b.shape != (L,):
                 raise ValueError(f"projection vectors must have length L = {L}")
             return K.HEAD_FUNCTIONAL, np.outer(a, b), 0
-        raise ValueError(f"reduction must be identity, trace or projection, got "
-                         f"{self.reduction!r}")
+        raise ValueError(f"reduction must be identity, trace or projection, got {self.reduction!r}")
 
     def pe_root(self) -> np.ndarray:
         """B (L, k) with B B^T = Gram matrix of the encoding (k = its rank; k = 0 without)."""
         L = self.L
-        if self.kind == "untied" or self.pe is None or (isinstance(self.pe, str)
-                                                        and self.pe == "none"):
+        if (
+            self.kind == "untied"
+            or self.pe is None
+            or (isinstance(self.pe, str) and self.pe == "none")
+        ):
             return np.zeros((L, 0))
         if isinstance(self.pe, str):
             if self.pe != "opposite":
@@ -131,8 +143,10 @@ class SimSpec:
             return np.array([[1.0], [-1.0]])
         Gm = np.asarray(self.pe, dtype=float)
         if Gm.shape != (L, L) or not np.allclose(Gm, Gm.T) or not np.allclose(np.diag(Gm), 1.0):
-            raise ValueError("a Gram matrix of the encoding must be symmetric L x L with unit "
-                             "diagonal (rows of unit norm)")
+            raise ValueError(
+                "a Gram matrix of the encoding must be symmetric L x L with unit "
+                "diagonal (rows of unit norm)"
+            )
         lam, V = np.linalg.eigh(Gm)
         if lam.min() < -1e-9:
             raise ValueError("the encoding Gram matrix must be positive semi-definite")
@@ -148,12 +162,23 @@ class SimSpec:
 
     def describe(self) -> dict:
         t = self.target
-        tgt = str(t[1]) if t[0] == "expr" else (
-            {"omega": t[1], "a": t[2]} if t[0] == "ps" else {"omega": t[1], "A": list(t[2])})
+        tgt = (
+            str(t[1])
+            if t[0] == "expr"
+            else ({"omega": t[1], "a": t[2]} if t[0] == "ps" else {"omega": t[1], "A": list(t[2])})
+        )
         pe = self.pe if isinstance(self.pe, str) or self.pe is None else np.asarray(self.pe)
-        return to_jsonable(dict(kind=self.kind, L=self.L, target=tgt, pe=pe,
-                                reduction=self.reduction, activation=self.activation,
-                                trace_scale=self.trace_scale))
+        return to_jsonable(
+            dict(
+                kind=self.kind,
+                L=self.L,
+                target=tgt,
+                pe=pe,
+                reduction=self.reduction,
+                activation=self.activation,
+                trace_scale=self.trace_scale,
+            )
+        )
 
 
 _TARGET_CACHE: dict = {}
@@ -225,8 +250,10 @@ def as_spec(model) -> SimSpec:
         return model
     kind = getattr(model, "kind", None)
     if kind not in ("attention", "tied", "untied"):
-        raise ValueError(f"cannot simulate a {type(model).__name__}: pass an AttentionModel, "
-                         "TiedNetwork, UntiedNetwork or a SimSpec")
+        raise ValueError(
+            f"cannot simulate a {type(model).__name__}: pass an AttentionModel, "
+            "TiedNetwork, UntiedNetwork or a SimSpec"
+        )
     L = int(model.L)
     tg = model.target
     if hasattr(tg, "omega") and hasattr(tg, "A"):
@@ -240,16 +267,26 @@ def as_spec(model) -> SimSpec:
         target = _target_tuple(tg, L)
     if kind == "attention":
         if getattr(model, "r", 0):
-            pe = model.pe if model.pe == "opposite" else tuple(
-                map(tuple, np.asarray(model.G, dtype=float)))
+            pe = (
+                model.pe
+                if model.pe == "opposite"
+                else tuple(map(tuple, np.asarray(model.G, dtype=float)))
+            )
         else:
             pe = "none"
         red = model.reduction
         scale = 1.0 if getattr(model, "trace_norm", "sum") == "sum" else 1.0 / math.sqrt(L)
         proj = getattr(model, "proj", None)
-        return SimSpec(kind=kind, L=L, target=target, pe=pe, reduction=red, trace_scale=scale,
-                       proj_a=None if proj is None else tuple(proj[0]),
-                       proj_b=None if proj is None else tuple(proj[1]))
+        return SimSpec(
+            kind=kind,
+            L=L,
+            target=target,
+            pe=pe,
+            reduction=red,
+            trace_scale=scale,
+            proj_a=None if proj is None else tuple(proj[0]),
+            proj_b=None if proj is None else tuple(proj[1]),
+        )
     return SimSpec(kind=kind, L=L, target=target, activation=str(model.activation))
 
 
@@ -284,9 +321,15 @@ class SGDResult(Result):
 
     def row(self) -> dict:
         out = dict(self.params)
-        out.update(status=self.status, steps_escape=self.steps_escape, t_escape=self.t_escape,
-                   final_e=self.final_e, final_m=self.final_m, minimum=self.minimum,
-                   seed=self.seed)
+        out.update(
+            status=self.status,
+            steps_escape=self.steps_escape,
+            t_escape=self.t_escape,
+            final_e=self.final_e,
+            final_m=self.final_m,
+            minimum=self.minimum,
+            seed=self.seed,
+        )
         return to_jsonable(out)
 
 
@@ -314,8 +357,10 @@ def _record_grid(horizon: int, n_record: int) -> np.ndarray:
 def _validate(d, lr, eta, m0, start, n_rows_frame):
     d = int(d)
     if d < n_rows_frame + 2:
-        raise ValueError(f"d = {d} is too small: need d >= {n_rows_frame + 2} (teacher, "
-                         "encoding directions and the student must fit)")
+        raise ValueError(
+            f"d = {d} is too small: need d >= {n_rows_frame + 2} (teacher, "
+            "encoding directions and the student must fit)"
+        )
     check_positive("lr", lr)
     if start not in ("random", "origin"):
         raise ValueError(f"start must be 'random' or 'origin', got {start!r}")
@@ -363,12 +408,12 @@ FAST_MIN_D = 32
 class _FullState:
     """Full d-dimensional weights + the frame (random teacher and encoding directions)."""
 
-    kernel_rng = True      # token rows drawn inside numba (block xoshiro256** + ziggurat)
+    kernel_rng = True  # token rows drawn inside numba (block xoshiro256** + ziggurat)
 
     def __init__(self, spec, d, rng, C0, rr0):
         self.spec, self.d = spec, d
         self.state = None
-        self.fast = d >= FAST_MIN_D           # fixed for the trajectory (one generator stream)
+        self.fast = d >= FAST_MIN_D  # fixed for the trajectory (one generator stream)
         B = spec.pe_root()
         self.B = np.ascontiguousarray(B)
         k = B.shape[1]
@@ -376,11 +421,11 @@ class _FullState:
         R = spec.n_rows()
         M = np.linalg.qr(rng.standard_normal((d, 1 + k + R)))[0]
         self.ustar = np.ascontiguousarray(M[:, 0])
-        self.Qp = np.ascontiguousarray(M[:, 1:1 + k].T)
+        self.Qp = np.ascontiguousarray(M[:, 1 : 1 + k].T)
         W = np.empty((R, d))
         for r in range(R):
             v = rng.standard_normal(d)
-            v -= M[:, :1 + k] @ (M[:, :1 + k].T @ v)
+            v -= M[:, : 1 + k] @ (M[:, : 1 + k].T @ v)
             v /= np.linalg.norm(v)
             W[r] = math.sqrt(d) * (C0[r, 0] * self.ustar + C0[r, 1:] @ self.Qp + rr0[r] * v)
         self.W = W
@@ -405,16 +450,46 @@ class _FullState:
                 if self.state is None:
                     self.state = BN.seed_block_state(seed_int(rng))
                 S, s = self.state
-                return K.full_chunk_fast(self.W, self.ustar, self.Qp, self.B, S, s, zs, Y, lr,
-                                         head, Rm, act, untied, eta2, self.C)
+                return K.full_chunk_fast(
+                    self.W,
+                    self.ustar,
+                    self.Qp,
+                    self.B,
+                    S,
+                    s,
+                    zs,
+                    Y,
+                    lr,
+                    head,
+                    Rm,
+                    act,
+                    untied,
+                    eta2,
+                    self.C,
+                )
             # small d: the padding would dominate; scalar xoshiro256** + ziggurat per draw
             if self.state is None:
                 self.state = K.seed_state(seed_int(rng))
-            return K.full_chunk_rng(self.W, self.ustar, self.Qp, self.B, self.state, zs, Y, lr,
-                                    head, Rm, act, untied, eta2, self.C)
+            return K.full_chunk_rng(
+                self.W,
+                self.ustar,
+                self.Qp,
+                self.B,
+                self.state,
+                zs,
+                Y,
+                lr,
+                head,
+                Rm,
+                act,
+                untied,
+                eta2,
+                self.C,
+            )
         G = rng.standard_normal((n, L, d))
-        return K.full_chunk(self.W, self.ustar, self.Qp, self.B, G, zs, Y, lr, head, Rm, act,
-                            untied, eta2, self.C)
+        return K.full_chunk(
+            self.W, self.ustar, self.Qp, self.B, G, zs, Y, lr, head, Rm, act, untied, eta2, self.C
+        )
 
     def chunk_max(self):
         if self.kernel_rng:
@@ -445,8 +520,21 @@ class _ReducedState:
         beta = rng.standard_normal((n, L))
         chi = rng.chisquare(self.dof, (n, R))
         Y = np.ascontiguousarray(tfn(np.ascontiguousarray(alpha[:, :, 0])))
-        return K.reduced_chunk(self.C, self.rr, self.B, alpha, beta, chi, Y, lr / self.d, head,
-                               Rm, act, self.spec.kind == "untied", eta2)
+        return K.reduced_chunk(
+            self.C,
+            self.rr,
+            self.B,
+            alpha,
+            beta,
+            chi,
+            Y,
+            lr / self.d,
+            head,
+            Rm,
+            act,
+            self.spec.kind == "untied",
+            eta2,
+        )
 
     def chunk_max(self):
         return 1 << 14
@@ -455,8 +543,23 @@ class _ReducedState:
         return self.C.copy()
 
 
-def _run(model_spec, d, lr, seed, *, steps, m0, e0, start, eta, n_record, max_steps, margin,
-         t_margin, backend) -> SGDResult:
+def _run(
+    model_spec,
+    d,
+    lr,
+    seed,
+    *,
+    steps,
+    m0,
+    e0,
+    start,
+    eta,
+    n_record,
+    max_steps,
+    margin,
+    t_margin,
+    backend,
+) -> SGDResult:
     spec = as_spec(model_spec)
     k = spec.pe_root().shape[1]
     d, lr, eta = _validate(d, lr, eta, m0, start, 1 + k)
@@ -492,8 +595,7 @@ def _run(model_spec, d, lr, seed, *, steps, m0, e0, start, eta, n_record, max_st
         if esc is None and hit >= 0:
             esc = pos + int(hit) + 1
             if steps is None:
-                end = min(int(max_steps),
-                          esc + int(math.ceil(margin * esc + t_margin * d / lr)))
+                end = min(int(max_steps), esc + int(math.ceil(margin * esc + t_margin * d / lr)))
         pos = target
         C = state.coords()
         if not np.all(np.isfinite(C)):
@@ -510,7 +612,7 @@ def _run(model_spec, d, lr, seed, *, steps, m0, e0, start, eta, n_record, max_st
     if status != "nan":
         if steps is None:
             status = "converged" if esc is not None else "max_iter"
-    c = np.array(rec_c)                               # (n_rec, R, 1 + k)
+    c = np.array(rec_c)  # (n_rec, R, 1 + k)
     st = np.array(rec_steps, dtype=np.int64)
     if spec.kind == "untied":
         m_rows = c[:, :, 0]
@@ -528,20 +630,41 @@ def _run(model_spec, d, lr, seed, *, steps, m0, e0, start, eta, n_record, max_st
     final_e = e[-1] if np.ndim(e[-1]) == 0 else np.asarray(e[-1])
     final_e_frame = c[-1, 0, 1:] if spec.kind != "untied" else np.zeros(0)
     minimum = classify_minimum(final_e_frame, m[-1])
-    msg = {"ok": f"ran {int(st[-1])} steps",
-           "converged": f"weak recovery at step {esc}; ran {int(st[-1])} steps",
-           "max_iter": f"no weak recovery (eta = {eta:.3g}) within max_steps = {max_steps}",
-           "nan": "the trajectory produced NaN (learning rate too large?)"}[status]
-    params = dict(d=d, lr=lr, eta=eta, start=start, m0=m0, backend=backend,
-                  model=spec.describe(), steps=steps, max_steps=int(max_steps))
+    msg = {
+        "ok": f"ran {int(st[-1])} steps",
+        "converged": f"weak recovery at step {esc}; ran {int(st[-1])} steps",
+        "max_iter": f"no weak recovery (eta = {eta:.3g}) within max_steps = {max_steps}",
+        "nan": "the trajectory produced NaN (learning rate too large?)",
+    }[status]
+    params = dict(
+        d=d,
+        lr=lr,
+        eta=eta,
+        start=start,
+        m0=m0,
+        backend=backend,
+        model=spec.describe(),
+        steps=steps,
+        max_steps=int(max_steps),
+    )
     return SGDResult(
-        status=status, message=msg, params=params,
+        status=status,
+        message=msg,
+        params=params,
         metadata=dict(method=f"online spherical SGD ({backend})"),
         history=dict(c=c, m_rows=m_rows),
-        t=st * lr / d, steps=st, e=e, m=m, risk=np.array(rec_loss),
-        steps_escape=esc, t_escape=None if esc is None else esc * lr / d,
+        t=st * lr / d,
+        steps=st,
+        e=e,
+        m=m,
+        risk=np.array(rec_loss),
+        steps_escape=esc,
+        t_escape=None if esc is None else esc * lr / d,
         final_e=final_e if np.ndim(final_e) == 0 else final_e.tolist(),
-        final_m=float(m[-1]), minimum=minimum, seed=_seed_repr(seed))
+        final_m=float(m[-1]),
+        minimum=minimum,
+        seed=_seed_repr(seed),
+    )
 
 
 def _seed_repr(seed):
@@ -560,16 +683,44 @@ _DOC_COMMON = """
 """
 
 
-def simulate_sgd(model_spec, d, lr, seed, *, steps=None, m0=None, e0=None, start="random",
-                 eta=None, n_record=200, max_steps=10**8, margin=1.0,
-                 t_margin=10.0) -> SGDResult:
-    return _run(model_spec, d, lr, seed, steps=steps, m0=m0, e0=e0, start=start, eta=eta,
-                n_record=n_record, max_steps=max_steps, margin=margin, t_margin=t_margin,
-                backend="full")
+def simulate_sgd(
+    model_spec,
+    d,
+    lr,
+    seed,
+    *,
+    steps=None,
+    m0=None,
+    e0=None,
+    start="random",
+    eta=None,
+    n_record=200,
+    max_steps=10**8,
+    margin=1.0,
+    t_margin=10.0,
+) -> SGDResult:
+    return _run(
+        model_spec,
+        d,
+        lr,
+        seed,
+        steps=steps,
+        m0=m0,
+        e0=e0,
+        start=start,
+        eta=eta,
+        n_record=n_record,
+        max_steps=max_steps,
+        margin=margin,
+        t_margin=t_margin,
+        backend="full",
+    )
 
 
-simulate_sgd.__doc__ = ("Online spherical SGD with the full d-dimensional weights (numba, cost "
-                        "O(L d) per step).\n" + _DOC_COMMON)
+simulate_sgd.__doc__ = (
+    "Online spherical SGD with the full d-dimensional weights (numba, cost "
+    "O(L d) per step).\n" + _DOC_COMMON
+)
 
 
 # =========================================================================== many seeds
@@ -588,8 +739,12 @@ def _result_from_dict(dct) -> SGDResult:
     dct = dict(dct)
     for key in ("t", "steps", "e", "m", "risk"):
         if dct.get(key) is not None:
-            dct[key] = np.array([np.nan if v is None else v for v in dct[key]]
-                                if np.ndim(dct[key]) == 1 else dct[key], dtype=float)
+            dct[key] = np.array(
+                [np.nan if v is None else v for v in dct[key]]
+                if np.ndim(dct[key]) == 1
+                else dct[key],
+                dtype=float,
+            )
     if dct.get("steps") is not None:
         dct["steps"] = dct["steps"].astype(np.int64)
     dct.pop("history", None)
@@ -608,14 +763,15 @@ def load_results(path) -> dict:
             continue
         try:
             dct = json.loads(line)
-        except json.JSONDecodeError:      # a torn last line after a kill: ignore it
+        except json.JSONDecodeError:  # a torn last line after a kill: ignore it
             continue
         out[dct["seed"]] = _result_from_dict(dct)
     return out
 
 
-def simulate_seeds(model_spec, d, lr, seeds, *, reduced=False, workers=None, progress=True,
-                   out=None, **kwargs) -> list[SGDResult]:
+def simulate_seeds(
+    model_spec, d, lr, seeds, *, reduced=False, workers=None, progress=True, out=None, **kwargs
+) -> list[SGDResult]:
     """Run :func:`simulate_sgd` (or the reduced chain with ``reduced=True``) for every seed.
 
     seeds: iterable of ints.  workers: processes (None -> number of CPUs, capped by the number
@@ -633,8 +789,13 @@ def simulate_seeds(model_spec, d, lr, seeds, *, reduced=False, workers=None, pro
     results = dict(done)
     if workers is None:
         workers = min(len(todo), os.cpu_count() or 1)
-    bar = tqdm(total=len(seeds), initial=len(seeds) - len(todo), disable=not progress,
-               desc=f"SGD seeds (d={d})", leave=False)
+    bar = tqdm(
+        total=len(seeds),
+        initial=len(seeds) - len(todo),
+        disable=not progress,
+        desc=f"SGD seeds (d={d})",
+        leave=False,
+    )
 
     def _store(seed, res):
         results[seed] = res

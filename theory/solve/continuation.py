@@ -27,8 +27,10 @@ def _extrapolate(prev: list, xs: list, x_new: float, keys: Sequence[str]) -> dic
     # Lagrange weights through the last two (linear) or three (quadratic) points
     if len(prev) >= 3 and len({xs[-3], xa, xb}) == 3:
         pts = xs[-3:]
-        wts = [math.prod((x_new - pts[j]) / (pts[i] - pts[j]) for j in range(3) if j != i)
-               for i in range(3)]
+        wts = [
+            math.prod((x_new - pts[j]) / (pts[i] - pts[j]) for j in range(3) if j != i)
+            for i in range(3)
+        ]
         use = prev[-3:]
     else:
         t = (x_new - xb) / (xb - xa)
@@ -62,9 +64,15 @@ def follow(
     out = []
     good, good_x = [], []
     for x in grid:
-        guess = init if not good else (
-            _extrapolate(good, good_x, x, keys) if extrapolate
-            else {k: good[-1][k] for k in keys})
+        guess = (
+            init
+            if not good
+            else (
+                _extrapolate(good, good_x, x, keys)
+                if extrapolate
+                else {k: good[-1][k] for k in keys}
+            )
+        )
         r = solve(float(x), guess)
         out.append(r)
         if accept(r):
@@ -75,8 +83,16 @@ def follow(
     return out
 
 
-def sweep(solve, grid, init=None, *, keys=("q", "m", "theta", "V"), accept=None,
-          directions=("forward", "backward"), progress=None) -> dict:
+def sweep(
+    solve,
+    grid,
+    init=None,
+    *,
+    keys=("q", "m", "theta", "V"),
+    accept=None,
+    directions=("forward", "backward"),
+    progress=None,
+) -> dict:
     """Forward (increasing) and/or backward (decreasing) continuation; returns
     ``{direction: [results in increasing grid order]}``."""
     grid = np.sort(np.asarray(grid, dtype=float))

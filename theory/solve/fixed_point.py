@@ -85,8 +85,9 @@ def damped_iteration(
             message = f"map failed: {exc}"
         if not finite:
             if last_good is None or mixing / 2 < min_mixing:
-                return FixedPointOutcome(x, Fx or {}, "nan", it, math.nan,
-                                         message or "non-finite iterate", hist, aux)
+                return FixedPointOutcome(
+                    x, Fx or {}, "nan", it, math.nan, message or "non-finite iterate", hist, aux
+                )
             mixing /= 2
             x = dict(last_good)
             continue
@@ -96,8 +97,9 @@ def damped_iteration(
         if res < tol:
             return FixedPointOutcome(x, Fx, "converged", it, res, message, hist, aux)
         if any(abs(v) > bound for v in Fx.values()):
-            return FixedPointOutcome(x, Fx, "diverged", it, res, "order parameters diverged",
-                                     hist, aux)
+            return FixedPointOutcome(
+                x, Fx, "diverged", it, res, "order parameters diverged", hist, aux
+            )
         why = stop(Fx, it) if stop is not None else None
         if why:
             return FixedPointOutcome(x, Fx, "diverged", it, res, why, hist, aux)
@@ -108,8 +110,9 @@ def damped_iteration(
         prev_res = res
         last_good = dict(x)
         x = {k: (1 - mixing) * x[k] + mixing * Fx[k] for k in x}
-    return FixedPointOutcome(x, Fx, "max_iter", it, res,
-                             message or f"no convergence in {max_iter} iterations", hist, aux)
+    return FixedPointOutcome(
+        x, Fx, "max_iter", it, res, message or f"no convergence in {max_iter} iterations", hist, aux
+    )
 
 
 def anderson_iteration(
@@ -165,8 +168,9 @@ def anderson_iteration(
             message = f"map failed: {exc}"
         if not finite:
             if best is None or beta / 2 < 1e-3:
-                return FixedPointOutcome(xd, {}, "nan", it, math.nan,
-                                         message or "non-finite iterate", hist, aux)
+                return FixedPointOutcome(
+                    xd, {}, "nan", it, math.nan, message or "non-finite iterate", hist, aux
+                )
             beta /= 2
             X.clear()
             R.clear()
@@ -184,8 +188,9 @@ def anderson_iteration(
         if res < tol:
             return FixedPointOutcome(xd, Fd, "converged", it, res, message, hist, aux)
         if np.any(np.abs(fx) > bound):
-            return FixedPointOutcome(xd, Fd, "diverged", it, res, "order parameters diverged",
-                                     hist, aux)
+            return FixedPointOutcome(
+                xd, Fd, "diverged", it, res, "order parameters diverged", hist, aux
+            )
         why = stop(Fd, it) if stop is not None else None
         if why:
             return FixedPointOutcome(xd, Fd, "diverged", it, res, why, hist, aux)
@@ -208,7 +213,8 @@ def anderson_iteration(
             x_new = (xs + beta * r - (dX + beta * dR) @ gamma) * scale
             # safeguard: keep the sign of every variable and move at most max_step (relative)
             bad = np.any(np.sign(x_new) != np.sign(damped)) or np.any(
-                np.abs(x_new - x) > max_step * np.maximum(np.abs(x), atol))
+                np.abs(x_new - x) > max_step * np.maximum(np.abs(x), atol)
+            )
             if bad:
                 X.clear()
                 R.clear()
@@ -216,8 +222,16 @@ def anderson_iteration(
         else:
             x_new = damped
         x = x_new
-    return FixedPointOutcome(dict(zip(keys, x)), Fx or {}, "max_iter", it, res,
-                             message or f"no convergence in {max_iter} iterations", hist, aux)
+    return FixedPointOutcome(
+        dict(zip(keys, x)),
+        Fx or {},
+        "max_iter",
+        it,
+        res,
+        message or f"no convergence in {max_iter} iterations",
+        hist,
+        aux,
+    )
 
 
 def newton_iteration(
@@ -307,37 +321,72 @@ def newton_iteration(
     Fd, fx, aux, err = call(F, x)
     it += 1
     if fx is None:
-        return FixedPointOutcome(dict(zip(keys, x)), {}, "nan", it, math.nan,
-                                 f"map failed at the start: {err}", hist, None)
+        return FixedPointOutcome(
+            dict(zip(keys, x)),
+            {},
+            "nan",
+            it,
+            math.nan,
+            f"map failed at the start: {err}",
+            hist,
+            None,
+        )
     g = (fx - x) / scale
     res = _relative_residual_array(fx, x, atol)
     if max_start_residual is not None and res > max_start_residual:
-        return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
-                                 f"the start is too far from a fixed point (residual {res:.1e} > "
-                                 f"{max_start_residual:g})", hist, aux)
+        return FixedPointOutcome(
+            dict(zip(keys, x)),
+            Fd,
+            "max_iter",
+            it,
+            res,
+            f"the start is too far from a fixed point (residual {res:.1e} > "
+            f"{max_start_residual:g})",
+            hist,
+            aux,
+        )
     cheap = jacobian_map if jacobian_map is not None else F
     J = None  # computed only once a step is needed (a start already converged costs one map)
     if jacobian0 is not None:
         J0, s0 = jacobian0
-        J = (np.asarray(J0) * np.asarray(s0)[:, None] / np.asarray(s0)[None, :]
-             / scale[:, None] * scale[None, :])
+        J = (
+            np.asarray(J0)
+            * np.asarray(s0)[:, None]
+            / np.asarray(s0)[None, :]
+            / scale[:, None]
+            * scale[None, :]
+        )
     fresh = "cheap" if cheap is not F else "F"  # where the current J was last recomputed
     message = ""
     while True:
         if keep_history:
             hist.append(dict(zip(keys, x), residual=res))
         if res < tol:
-            return FixedPointOutcome(dict(zip(keys, x)), Fd, "converged", it, res, message,
-                                     hist, aux,
-                                     None if J is None else (J.copy(), scale.copy()))
+            return FixedPointOutcome(
+                dict(zip(keys, x)),
+                Fd,
+                "converged",
+                it,
+                res,
+                message,
+                hist,
+                aux,
+                None if J is None else (J.copy(), scale.copy()),
+            )
         why = stop(Fd, it) if stop is not None else None
         if why:
-            return FixedPointOutcome(dict(zip(keys, x)), Fd, "diverged", it, res, why, hist,
-                                     aux)
+            return FixedPointOutcome(dict(zip(keys, x)), Fd, "diverged", it, res, why, hist, aux)
         if it >= max_iter:
-            return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
-                                     message or f"no convergence in {max_iter} map evaluations",
-                                     hist, aux)
+            return FixedPointOutcome(
+                dict(zip(keys, x)),
+                Fd,
+                "max_iter",
+                it,
+                res,
+                message or f"no convergence in {max_iter} map evaluations",
+                hist,
+                aux,
+            )
         if J is None and jacobian_base is not None and cheap is not F:
             xb = np.array([float(jacobian_base[0][key]) for key in keys])
             fb = np.array([float(jacobian_base[1][key]) for key in keys])
@@ -348,8 +397,16 @@ def newton_iteration(
             if cheap is F:
                 it += n
             if J is None:
-                return FixedPointOutcome(dict(zip(keys, x)), Fd, "nan", it, res,
-                                         "the Jacobian's map failed near the start", hist, aux)
+                return FixedPointOutcome(
+                    dict(zip(keys, x)),
+                    Fd,
+                    "nan",
+                    it,
+                    res,
+                    "the Jacobian's map failed near the start",
+                    hist,
+                    aux,
+                )
         try:
             dy = -np.linalg.solve(J, g)
         except np.linalg.LinAlgError:
@@ -390,11 +447,26 @@ def newton_iteration(
             it += n
             message = "Jacobian recomputed from the accurate map"
         if Jn is None:
-            return FixedPointOutcome(dict(zip(keys, x)), Fd, "nan", it, res,
-                                     "map failed while recomputing the Jacobian", hist, aux)
+            return FixedPointOutcome(
+                dict(zip(keys, x)),
+                Fd,
+                "nan",
+                it,
+                res,
+                "map failed while recomputing the Jacobian",
+                hist,
+                aux,
+            )
         if fresh == "F" and use is F:
-            return FixedPointOutcome(dict(zip(keys, x)), Fd, "max_iter", it, res,
-                                     "no descent even with a fresh Jacobian of the map",
-                                     hist, aux)
+            return FixedPointOutcome(
+                dict(zip(keys, x)),
+                Fd,
+                "max_iter",
+                it,
+                res,
+                "no descent even with a fresh Jacobian of the map",
+                hist,
+                aux,
+            )
         J = Jn
         fresh = "cheap" if use is not F else "F"

@@ -27,10 +27,21 @@ class LogTimeSolution:
     n_rhs: int
 
 
-def integrate_log_time(fun, y0, *, t_first: float, t_max: float | None = None, event=None,
-                       stop=None, n_out: int = 200, rtol: float = 1e-8, atol: float = 1e-13,
-                       method: str = "LSODA", t_chunk0: float | None = None,
-                       t_cap: float = 1e15) -> LogTimeSolution:
+def integrate_log_time(
+    fun,
+    y0,
+    *,
+    t_first: float,
+    t_max: float | None = None,
+    event=None,
+    stop=None,
+    n_out: int = 200,
+    rtol: float = 1e-8,
+    atol: float = 1e-13,
+    method: str = "LSODA",
+    t_chunk0: float | None = None,
+    t_cap: float = 1e15,
+) -> LogTimeSolution:
     """Integrate from t = 0 with log-spaced output.
 
     Parameters
@@ -54,8 +65,10 @@ def integrate_log_time(fun, y0, *, t_first: float, t_max: float | None = None, e
 
     events = None
     if event is not None:
+
         def ev(t, y):
             return event(y)
+
         ev.direction = 1.0
         ev.terminal = False
         events = [ev]
@@ -70,8 +83,9 @@ def integrate_log_time(fun, y0, *, t_first: float, t_max: float | None = None, e
     if t_max is not None:
         t_end = min(t_end, t_max)
     while True:
-        sol = solve_ivp(f, (t0, t_end), y, method=method, rtol=rtol, atol=atol,
-                        dense_output=True, events=events)
+        sol = solve_ivp(
+            f, (t0, t_end), y, method=method, rtol=rtol, atol=atol, dense_output=True, events=events
+        )
         if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
             status, message = "nan", f"solve_ivp failed at t = {sol.t[-1]:.3g}: {sol.message}"
             pieces.append(sol)
@@ -84,8 +98,11 @@ def integrate_log_time(fun, y0, *, t_first: float, t_max: float | None = None, e
         t0, y = float(sol.t[-1]), sol.y[:, -1].copy()
         if t_max is not None:
             if t0 >= t_max * (1 - 1e-12):
-                status = "converged" if (stop is None or stop(t0, y, fun(t0, y), t_event
-                                                                is not None)) else "max_iter"
+                status = (
+                    "converged"
+                    if (stop is None or stop(t0, y, fun(t0, y), t_event is not None))
+                    else "max_iter"
+                )
                 message = f"integrated to the fixed horizon t_max = {t_max:.3g}"
                 break
             t_end = min(t0 * 10, t_max)
@@ -108,5 +125,13 @@ def integrate_log_time(fun, y0, *, t_first: float, t_max: float | None = None, e
                 break
         else:
             ys[i] = y
-    return LogTimeSolution(t=ts, y=ys, t_event=t_event, t_final=t_final, y_final=y,
-                           status=status, message=message, n_rhs=n_rhs[0])
+    return LogTimeSolution(
+        t=ts,
+        y=ys,
+        t_event=t_event,
+        t_final=t_final,
+        y_final=y,
+        status=status,
+        message=message,
+        n_rhs=n_rhs[0],
+    )

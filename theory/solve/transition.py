@@ -23,8 +23,15 @@ class RootOutcome:
     message: str = ""
 
 
-def find_root(f: Callable[[float], float], grid: Sequence[float], *, xtol: float = 1e-6,
-              rtol: float = 1e-8, maxiter: int = 60, which: str = "first") -> RootOutcome:
+def find_root(
+    f: Callable[[float], float],
+    grid: Sequence[float],
+    *,
+    xtol: float = 1e-6,
+    rtol: float = 1e-8,
+    maxiter: int = 60,
+    which: str = "first",
+) -> RootOutcome:
     """First (or ``which="last"``) sign change of ``f`` on ``grid``, refined by Brent."""
     from scipy.optimize import brentq
 
@@ -38,8 +45,9 @@ def find_root(f: Callable[[float], float], grid: Sequence[float], *, xtol: float
         if math.isfinite(fa) and math.isfinite(fb) and fa * fb <= 0 and not (fa == 0 == fb):
             brackets.append((xa, xb, fa, fb))
     if not brackets:
-        return RootOutcome(math.nan, (), "no_bracket", vals,
-                           "no sign change on the grid; widen the range")
+        return RootOutcome(
+            math.nan, (), "no_bracket", vals, "no sign change on the grid; widen the range"
+        )
     xa, xb, fa, fb = brackets[0] if which == "first" else brackets[-1]
     if fa == 0:
         return RootOutcome(xa, (xa, xb), "converged", vals)
@@ -58,6 +66,9 @@ def find_root(f: Callable[[float], float], grid: Sequence[float], *, xtol: float
     except (FloatingPointError, RuntimeError) as exc:
         return RootOutcome(math.nan, (xa, xb), "max_iter", vals, str(exc))
     status = "converged" if info.converged else "max_iter"
-    msg = "" if len(brackets) == 1 else (
-        f"{len(brackets)} sign changes on the grid; used the {which}")
+    msg = (
+        ""
+        if len(brackets) == 1
+        else (f"{len(brackets)} sign changes on the grid; used the {which}")
+    )
     return RootOutcome(float(root), (xa, xb), status, vals, msg)
