@@ -36,7 +36,7 @@ def baseline_map(nodes, weights, q, m, theta, V, p, alpha):
     """Hats by scipy.optimize.minimize per node (Python loop)."""
     from scipy.optimize import minimize
 
-    from theory.models import _ps_kernels as K
+    from theory.attention import _kernels as K
 
     sq = math.sqrt(q)
     a = theta / sq
@@ -76,8 +76,8 @@ def main():
     ap.add_argument("--solver", action="store_true")
     ap.add_argument("--subset", type=int, default=400, help="baseline nodes (default 400)")
     args = ap.parse_args()
-    from theory.models import _ps_kernels as K
-    from theory.models import positional_semantic as ps
+    from theory.attention import _kernels as K
+    from theory.attention import model as ps
 
     p = ps.ERMParams(omega=0.3)
     print(f"# load average at start: {os.getloadavg()}")

@@ -52,8 +52,8 @@ def main(argv=None):
         help="also the GAMP-vs-state-evolution d-scaling (several minutes)",
     )
     args = ap.parse_args(argv)
-    from theory.simulate.erm_gd import make_problem, risk, simulate_gd
-    from theory.simulate.gamp import _phi, prox, run_gamp
+    from theory.attention.finite_d.gamp import _phi, prox, run_gamp
+    from theory.attention.finite_d.gd import make_problem, risk, simulate_gd
 
     d, alpha = args.d, args.alpha
     pb = make_problem(alpha, 0.3, d, 0, keep_targets=True, n_test=10_000)
@@ -130,7 +130,7 @@ def main(argv=None):
 
 
 def bench_state_evolution():
-    from theory.simulate.gamp import large_d_gram, state_evolution
+    from theory.attention.finite_d.gamp import large_d_gram, state_evolution
 
     t = time.perf_counter()
     state_evolution(2.0, 0.3, 10, gram=large_d_gram("semantic"), n_pop=100_000)
@@ -145,8 +145,8 @@ def tracking_table(
     init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=200_000, mixing=0.3
 ):
     """RMS over seeds of GAMP - SE per iteration; print the worst iteration per d."""
-    from theory.simulate.erm_gd import make_problem
-    from theory.simulate.gamp import large_d_gram, run_gamp, state_evolution
+    from theory.attention.finite_d.gamp import large_d_gram, run_gamp, state_evolution
+    from theory.attention.finite_d.gd import make_problem
 
     t = time.perf_counter()
     se = state_evolution(
@@ -216,8 +216,8 @@ def divergence_table(
     omega = 0.3): a synthetic population of the large-d channel (w = s m + sqrt(q) xi, h* =
     sigma eta, theta = 0 on this branch).  Bias from one population of n_big, relative error
     at GAMP's sample sizes n from `reps` independent populations."""
-    from theory.models import positional_semantic as ps
-    from theory.simulate.gamp import fd_divergence, prox, stein_hats
+    from theory.attention import model as ps
+    from theory.attention.finite_d.gamp import fd_divergence, prox, stein_hats
 
     p = ps.ERMParams(omega=POS["omega"])
     t = time.perf_counter()
@@ -275,7 +275,7 @@ def divergence_table(
         + " ".join(f"fd {dl:<5}" for dl in deltas)
         + "  fd default"
     )
-    from theory.simulate.gamp import default_fd_delta
+    from theory.attention.finite_d.gamp import default_fd_delta
 
     for n in ns:
         errs = {key: [] for key in ["jacobian", "stein", *deltas, "default"]}
@@ -298,8 +298,8 @@ def se_linearisation(h=1e-4):
     """Eigenvalues of the Jacobian of the undamped replica map (q, m, theta, V) -> F at the
     positional fixed point (alpha = 2, omega = 0.3; central differences, split rule), and the
     multipliers 1 - mu (1 - lambda) of the damped map at mixing mu."""
-    from theory.models import positional_semantic as ps
-    from theory.simulate.gamp import state_evolution_onetime
+    from theory.attention import model as ps
+    from theory.attention.finite_d.gamp import state_evolution_onetime
 
     p = ps.ERMParams(omega=POS["omega"])
     fp = ps.fixed_point(POS["alpha"], p, branch="positional", tol=1e-9)
@@ -361,7 +361,7 @@ def _save_runs(path, db) -> None:
 
 def _positional_gamp(d, seed, problem, **kw):
     """GAMP (effective channel) on ``problem`` from the positional start Q0 = m0 1_d, V0."""
-    from theory.simulate.gamp import run_gamp
+    from theory.attention.finite_d.gamp import run_gamp
 
     a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
     return run_gamp(
@@ -381,7 +381,7 @@ def _positional_gamp(d, seed, problem, **kw):
 def _global_prox_runs(path, db, prefix, d_seeds, divergences, keys, *, T, mixing):
     """T iterations of global-prox GAMP (restarts off) per (d, seed, divergence), stored under
     ``prefix/div/d/seed`` in ``db`` and written to ``path`` after each run."""
-    from theory.simulate.erm_gd import make_problem
+    from theory.attention.finite_d.gd import make_problem
 
     for d, S in d_seeds:
         for seed in range(S):
@@ -421,7 +421,7 @@ def positional_runs(
     side, and its two-time state evolution from the large-d Gram (two SE populations, to see
     the SE's own Monte Carlo error), T iterations at fixed mixing.  Every run is appended to the
     JSON file ``path`` as it finishes (a rerun skips what is there)."""
-    from theory.simulate.gamp import large_d_gram, state_evolution
+    from theory.attention.finite_d.gamp import large_d_gram, state_evolution
 
     keys = ("q", "m", "theta", "V", "Vhat")
     db = _load_runs(path)
@@ -486,7 +486,7 @@ def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, t
     then warm, which converges), effective channel, per-sample Jacobian, restarts on, from the
     positional start Q0 = m0 1_d, V0 = 11; stored under "auto/jacobian/d/seed" in ``path``
     (the same report as :func:`positional_fp_report`)."""
-    from theory.simulate.erm_gd import make_problem
+    from theory.attention.finite_d.gd import make_problem
 
     keys = ("q", "m", "theta", "V", "Vhat", "residual")
     db = _load_runs(path)
@@ -516,7 +516,7 @@ def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
     sigma^2/(lam + sigma^2 Vhat_jac) for "jacobian" (GAMP's V with the per-sample Jacobian)."""
     import json
 
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     db = json.load(open(path))
     p = ps.ERMParams(omega=POS["omega"])

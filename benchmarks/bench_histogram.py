@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from theory.simulate import histogram as H
+from theory.histogram import task as H
 
 
 def epoch_time(data, dtype, threads, n_seq=None, per_sequence=False):

@@ -1,4 +1,4 @@
-"""Benchmark of the generalised replica equations (spec §8, theory.models.ps_general).
+"""Benchmark of the generalised replica equations (spec §8, theory.attention.general.model).
 
     python benchmarks/bench_ps_general.py            # kernel + channel timings (~1-2 min)
     python benchmarks/bench_ps_general.py --solve    # + one L = 2 reduction fixed point and
@@ -21,7 +21,7 @@ import time
 import numba
 import numpy as np
 
-from theory.models import ps_general as pg
+from theory.attention.general import model as pg
 
 
 def _fields(p, N, rng, scale=0.5):
@@ -109,7 +109,7 @@ def bench_fixed_m(mixing=0.5, tol=1e-8):
     """L = 3, α = 1, m = 0.35 (1, 1, -2)/√6, QMC 2^12 x 2: fixed_m_point (Newton in log q,
     log V) against the baseline plain damped iteration of the same map to the same tolerance,
     then simulate_fixed_m at d = 400 and 800 (2 restarts)."""
-    from theory.simulate import erm_general as eg
+    from theory.attention.finite_d import general as eg
 
     p = pg.GeneralParams(L=3)
     m = 0.35 * np.array([1.0, 1.0, -2.0]) / np.sqrt(6)

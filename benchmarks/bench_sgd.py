@@ -5,15 +5,15 @@
 Model: attention, L = 2, P_1 = -P_2, identity reduction, positional-semantic target
 (omega = 0.5, a = 1), gamma = 0.05 -- the reference setting of the phase-diagram runs.
 
-* full d-dimensional SGD (theory.simulate.sgd.simulate_sgd, numba) vs a per-sample
+* full d-dimensional SGD (theory.ssi.sgd.simulate.simulate_sgd, numba) vs a per-sample
   PyTorch-style loop written with numpy (fresh X each step, forward, hand backward through the
   softmax, spherical renormalisation, overlaps) at d = 1000 and 10^4;
-* the exact reduced chain (theory.simulate.reduced.simulate_reduced) at d = 10^3 and 10^6
+* the exact reduced chain (theory.ssi.sgd.reduced.simulate_reduced) at d = 10^3 and 10^6
   (steps per second, should not depend on d), same model, and the tied ReLU network.
 
 Numba compilation is excluded (one warm-up call); every rate is the best of 3 runs (the machine
 is shared).  The baseline draws its Gaussians with numpy (PCG64 + ziggurat).  "numba" is the
-default simulator: for d >= 64 the SIMD block generator (theory.simulate._blocknormal: 64
+default simulator: for d >= 64 the SIMD block generator (theory.ssi.sgd._blocknormal: 64
 xoshiro256** lanes + 2048-layer ziggurat) inside the fused kernel ``full_chunk_fast``; "scalar
 kernel" is the previous kernel (scalar xoshiro256** + 128-layer ziggurat of theory.gauss, one
 draw at a time; still used below d = 64); "numba + numpy G" feeds the reference kernel with
@@ -32,9 +32,9 @@ import numba
 import numpy as np
 import sympy as sp
 
-from theory.simulate import _blocknormal as _BN
-from theory.simulate.reduced import simulate_reduced
-from theory.simulate.sgd import SimSpec, ps_matrix, simulate_sgd
+from theory.ssi.sgd import _blocknormal as _BN
+from theory.ssi.sgd.reduced import simulate_reduced
+from theory.ssi.sgd.simulate import SimSpec, ps_matrix, simulate_sgd
 
 OMEGA, A, LR = 0.5, 1.0, 0.05
 
@@ -109,8 +109,8 @@ def _fill_many(S, s, buf, rb, rp, rv, m):
 
 def floor_row(d, L=2):
     """ns per Gaussian of each generator and the per-step costs at dimension d."""
-    from theory.simulate import _blocknormal as BN
-    from theory.simulate import _sgd_kernels as K
+    from theory.ssi.sgd import _blocknormal as BN
+    from theory.ssi.sgd import _kernels as K
 
     n = L * d
     g = np.random.default_rng(0)
@@ -196,7 +196,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer steps (noisier numbers)")
     args = ap.parse_args(argv)
     scale = 0.2 if args.quick else 1.0
-    from theory.simulate import sgd as sgd_mod
+    from theory.ssi.sgd import simulate as sgd_mod
 
     spec = SimSpec(kind="attention", L=2, target=("ps", OMEGA, A), pe="opposite")
     # warm-up (compilation) of the three kernels

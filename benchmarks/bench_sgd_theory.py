@@ -1,4 +1,4 @@
-"""Speed and convergence of the SGD theory (theory.models.ssi).
+"""Speed and convergence of the SGD theory (theory.ssi.model).
 
     python benchmarks/bench_sgd_theory.py           # full (includes slow baselines, ~2-4 min)
     python benchmarks/bench_sgd_theory.py --quick   # no baselines
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from theory.models import ssi
+from theory.ssi import model as ssi
 
 
 def _t(fn, *a, **k):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from theory.attention import model as ps
 from theory.cli import main
-from theory.models import positional_semantic as ps
 
 FP_KEYS = {"q", "m", "theta", "V", "eps_t", "eps_g", "branch", "status", "iterations"}
 
@@ -150,7 +150,7 @@ def test_simulate_default_method_converges_and_matches_the_api(capsys):
         "runs",
     ):
         assert k in d
-    from theory.simulate.erm_gd import simulate_gd
+    from theory.attention.finite_d.gd import simulate_gd
 
     for run in d["runs"]:
         assert run["status"] == "converged" and run["method"] == "nesterov"
@@ -223,7 +223,7 @@ def test_phase_diagram_heatmap_is_the_simulated_delta_eps_t(tmp_path, capsys, mo
     assert fig.exists() and fig.stat().st_size > 1000
     h = d["heatmap"]
     assert h["alphas"] == [1.0, 2.0] and h["omegas"] == [0.3] and h["d"] == 20
-    from theory.simulate.erm_gd import simulate_gd
+    from theory.attention.finite_d.gd import simulate_gd
 
     for j, a in enumerate((1.0, 2.0)):
         e = {

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from theory.cli import main
-from theory.models import ssi
+from theory.ssi import model as ssi
 
 
 def _run(capsys, argv):

@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from theory.simulate.erm_data import (
+from theory.attention.finite_d.data import (
     make_teacher,
     sample_data,
     sample_loss,
     sample_loss_grad,
     sample_loss_hess,
 )
-from theory.simulate.erm_gd import (
+from theory.attention.finite_d.gd import (
     barzilai_borwein,
     gradient_descent,
     lbfgs,

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from theory.models import _ps_kernels as K
-from theory.models import positional_semantic as ps
+from theory.attention import _kernels as K
+from theory.attention import model as ps
 
 P = ps.ERMParams()
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from theory.models import positional_semantic as ps
+from theory.attention import model as ps
 
 P = ps.ERMParams()
 # a cheap split rule for the fast tests (η 6x6, 12 radii, 24 scan angles)

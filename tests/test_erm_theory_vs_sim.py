@@ -18,13 +18,13 @@ These tests solve the state equations and run 16 minimisations at d = 400: marke
 import numpy as np
 import pytest
 
-from theory.simulate.erm_gd import make_problem, simulate_gd
+from theory.attention.finite_d.gd import make_problem, simulate_gd
 
 D, SEEDS, OMEGA = 400, (0, 1, 2, 3), 0.3
 
 
 def _theory(alpha, branch):
-    ps = pytest.importorskip("theory.models.positional_semantic")
+    ps = pytest.importorskip("theory.attention.model")
     r = ps.fixed_point(alpha, ps.ERMParams(omega=OMEGA), branch)
     assert r.converged, r.message
     return r
@@ -79,8 +79,8 @@ def test_global_minimiser_switches_at_alpha_c():
 @pytest.mark.parametrize("omega", [0.0, 0.3, 0.7])
 def test_linear_baseline_two_implementations(omega):
     # plots.erm (tensor GH over h ~ N(0, sigma^2 I_2), 60 nodes) vs the theory module's own
-    ps = pytest.importorskip("theory.models.positional_semantic")
-    from theory.plots.erm import linear_baseline
+    ps = pytest.importorskip("theory.attention.model")
+    from theory.attention.figures.simulation import linear_baseline
 
     ref = ps.linear_baseline(ps.ERMParams(omega=omega))
     assert linear_baseline(omega) == pytest.approx(ref, rel=1e-9)

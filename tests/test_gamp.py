@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from theory.simulate.erm_gd import lbfgs, make_problem, risk
-from theory.simulate.gamp import (
+from theory.attention.finite_d.gamp import (
     _phi,
     default_fd_delta,
     fd_divergence,
@@ -15,6 +14,7 @@ from theory.simulate.gamp import (
     state_evolution,
     state_evolution_onetime,
 )
+from theory.attention.finite_d.gd import lbfgs, make_problem, risk
 
 
 def _hard_cases(n, seed):
@@ -68,7 +68,7 @@ def test_prox_jacobian_matches_finite_differences():
     # central difference is accurate to ~1e-8; allow a couple of cases straddling a jump
     assert np.mean(err < 1e-5) >= 0.98
     # first-order condition: x - w + V grad(phi) = 0
-    from theory.simulate.erm_data import sample_loss_grad
+    from theory.attention.finite_d.data import sample_loss_grad
 
     _, g = sample_loss_grad(p.x, kap, a, b, 0.0)
     assert np.abs(p.x - w + V[:, None] * g).max() < 1e-10
@@ -76,7 +76,7 @@ def test_prox_jacobian_matches_finite_differences():
 
 def test_prox_agrees_with_the_theory_prox():
     # E1's numba prox (effective channel ℓ = σ²[(a - t1)² + (b - t2)²]) and ours: same minimum
-    ps = pytest.importorskip("theory.models.positional_semantic")
+    ps = pytest.importorskip("theory.attention.model")
     rng = np.random.default_rng(3)
     n = 400
     params = ps.ERMParams(omega=0.3)
@@ -128,7 +128,7 @@ def test_fd_divergence_recovers_the_full_divergence_on_the_positional_branch():
     # populations of 40000 (BENCHMARKS.md): fd -0.8 % +- 1.0 % (sd), jacobian +7.9 % +- 0.4 %.
     # Here n = 20000 (sd ~1.4 % / 0.6 %): fd within 4.5 % (bias + 2.5 sd), jacobian above 5 %
     # (5 sd below its mean).
-    ps = pytest.importorskip("theory.models.positional_semantic")
+    ps = pytest.importorskip("theory.attention.model")
     fp, alpha, n = POS_FP, 2.0, 20_000
     rng = np.random.default_rng(0)
     w = np.sqrt(fp["q"]) * rng.standard_normal((n, 2)) + np.array([1.0, -1.0]) * fp["m"]
@@ -203,7 +203,7 @@ def test_two_time_state_evolution_undamped_equals_the_replica_map():
         rng=5,
         divergence="stein",
     ).history
-    ps = pytest.importorskip("theory.models.positional_semantic")
+    ps = pytest.importorskip("theory.attention.model")
     one = state_evolution_onetime(
         dict(q=0.25, m=0.0, theta=0.25, V=V0),
         alpha,
@@ -236,7 +236,7 @@ def test_damped_one_time_map_is_not_the_state_evolution_of_damped_gamp():
         rng=6,
         divergence="stein",
     ).history
-    ps = pytest.importorskip("theory.models.positional_semantic")
+    ps = pytest.importorskip("theory.attention.model")
     rule = ps.make_rule("split", 8, n_r=12, n_phi=16)
     und = state_evolution_onetime(
         dict(q=0.25, m=0.0, theta=0.25, V=V0), alpha, omega, 1, mixing=1.0, rule=rule

@@ -18,7 +18,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.hermite import (
+from theory.ssi.hermite import (
     SIEReport,
     analyze,
     hermite_tensors,
@@ -481,7 +481,7 @@ def test_op_norm_estimate_against_brute_force():
 def test_numerical_path_agrees_with_exact_piecewise(expr):
     # the adaptive-quadrature path (used for non-piecewise-polynomial functions), forced on
     # piecewise polynomials, against their exact sympy coefficients; tolerance: 1e-10 absolute
-    from theory.hermite import _univariate_exact, _univariate_numeric
+    from theory.ssi.hermite import _univariate_exact, _univariate_numeric
 
     x = sp.Symbol("x", real=True)
     h = sp.sympify(expr, locals={"x": x})
@@ -493,7 +493,7 @@ def test_numerical_path_agrees_with_exact_piecewise(expr):
 
 def test_gauss_hermite_block_agrees_with_separable_quadrature():
     # tanh(z1) tanh(z2 + 1/2) via 2-D tensor Gauss-Hermite vs the product of 1-D quadratures
-    from theory.hermite import _block_gh, _univariate_numeric
+    from theory.ssi.hermite import _block_gh, _univariate_numeric
 
     z1, z2 = sp.symbols("z1 z2", real=True)
     K = 4
@@ -508,7 +508,7 @@ def test_gauss_hermite_block_agrees_with_separable_quadrature():
 def test_ridge_numeric_matches_gauss_hermite():
     # tanh(z1 + 2 z2) is handled as a ridge function (1-D quadrature in u.z); compare with the
     # 2-D Gauss-Hermite projection of the same function
-    from theory.hermite import _block_gh
+    from theory.ssi.hermite import _block_gh
 
     z1, z2 = sp.symbols("z1 z2", real=True)
     Cs, exact = hermite_tensors(sp.tanh(z1 + 2 * z2), max_order=3, L=2)
@@ -597,7 +597,7 @@ def test_non_integrable_coefficients_raise():
 
 @pytest.mark.slow
 def test_sie_figure_hook(tmp_path):
-    from theory.plots.sie import FIGURES
+    from theory.ssi.figures.sie import FIGURES
 
     out = FIGURES["sie-gains"](tmp_path, True)
     assert all((tmp_path / p).exists() or __import__("os").path.exists(p) for p in out["files"])

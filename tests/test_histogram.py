@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from theory.simulate import histogram as H
+from theory.histogram import task as H
 
 # ------------------------------------------------------------------------------------------
 # fixtures
@@ -398,7 +398,7 @@ def test_cli_errors(capsys):
 
 
 def test_plots_write_files(tmp_path, quick_models):
-    from theory.plots import histogram as P
+    from theory.histogram import figures as P
 
     P.plot_learning_curves({v: [r] for v, r in quick_models.items()}, tmp_path / "lc.png")
     P.plot_attention_maps(quick_models, P.SEQUENCES, tmp_path / "am.png")
@@ -408,7 +408,7 @@ def test_plots_write_files(tmp_path, quick_models):
 
 
 def test_semantic_model_attends_to_equal_tokens(quick_models, small_data):
-    from theory.plots.histogram import same_token_mass
+    from theory.histogram.figures import same_token_mass
 
     x = small_data.x_val
     sem, base = same_token_mass(quick_models["semantic"].theta, x, "semantic")

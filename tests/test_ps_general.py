@@ -1,6 +1,6 @@
 """Generalised replica state equations (spec §8) and their finite-d simulator.
 
-Independent references: the L = 2, r = 1 code (theory.models.positional_semantic: its own
+Independent references: the L = 2, r = 1 code (theory.attention.model: its own
 prox, split quadrature rule and fixed points), scipy BFGS for the prox, finite differences and
 the full-token risk for the simulator, and finite-d L-BFGS for the new cases (slow tests)."""
 
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from theory.models import positional_semantic as ps
-from theory.models import ps_general as pg
-from theory.simulate import erm_general as eg
+from theory.attention import model as ps
+from theory.attention.finite_d import general as eg
+from theory.attention.general import model as pg
 
 P2 = pg.GeneralParams()  # L = 2, r = r_t = 1, reference A, G = [[1, -1], [-1, 1]]
 P2REF = ps.ERMParams()

@@ -64,7 +64,7 @@ def fake(tmp_path, monkeypatch):
     (src / f"{name}_nofigs.py").write_text("X = 1\n")
     (src / f"{name}_broken.py").write_text("import numpy\nraise ImportError('needs scipy>=99')\n")
     monkeypatch.syspath_prepend(str(src))
-    modules = (name, f"{name}_nofigs", f"{name}_broken", "theory.plots.no_such_module_xyz")
+    modules = (name, f"{name}_nofigs", f"{name}_broken", "theory.plotting.no_such_module_xyz")
     monkeypatch.setattr(rp, "FIGURE_MODULES", modules)
     calls = src / f"{name}.calls"
 
@@ -86,7 +86,7 @@ def test_discover_reports_missing(fake):
     assert list(pieces) == ["good", "other", "broken", "liar"]
     assert missing[f"{fake['name']}_nofigs"] == "has no FIGURES dict"
     assert "needs scipy>=99" in missing[f"{fake['name']}_broken"]
-    assert "not written yet" in missing["theory.plots.no_such_module_xyz"]
+    assert "not written yet" in missing["theory.plotting.no_such_module_xyz"]
 
 
 def test_failure_isolation_cache_and_summary(fake):
@@ -109,7 +109,7 @@ def test_failure_isolation_cache_and_summary(fake):
     assert "| good | kappa | [4, 2] | exact (polynomial target) |" in summary
     assert "| other | n | 100 | d = n, 3 seeds |" in summary
     assert "**failed**: RuntimeError: boom: the solver did not converge" in summary
-    assert "theory.plots.no_such_module_xyz" in summary and "has no FIGURES dict" in summary
+    assert "theory.plotting.no_such_module_xyz" in summary and "has no FIGURES dict" in summary
 
     # rerun: finished pieces are reused, failed ones are retried
     fake["reset"]()
@@ -180,7 +180,7 @@ def test_cli(fake, capsys):
     assert main(["reproduce", "--list", "--out", out, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in listed["figures"]] == ["good", "other", "broken", "liar"]
-    assert "theory.plots.no_such_module_xyz" in listed["missing"]
+    assert "theory.plotting.no_such_module_xyz" in listed["missing"]
 
     assert main(["reproduce", "good", "other", "--out", out, "--no-progress", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)

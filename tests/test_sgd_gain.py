@@ -1,4 +1,4 @@
-"""Tied/untied gain (theory.simulate.gain): closed form vs numerical step-size minimisation, the
+"""Tied/untied gain (theory.ssi.gain): closed form vs numerical step-size minimisation, the
 drift/noise constants against the package's ODE, the exact tied <-> untied mapping, the flattened
 kernel against its numpy reference, and the ODE's optimal-step gain against reduced SGD."""
 
@@ -9,8 +9,8 @@ import pytest
 from scipy import integrate
 from scipy.optimize import brentq
 
-from theory.models import ssi
-from theory.simulate import gain as G
+from theory.ssi import gain as G
+from theory.ssi import model as ssi
 
 
 def test_sie1_constant_is_the_root_of_its_stationarity_condition():
@@ -66,7 +66,7 @@ def test_drift_and_noise_constants_from_the_package_ode(fam, L):
 
 
 def test_closed_form_against_full_ode_minimisation_in_the_linear_regime():
-    # small eta, large d: the full ODE of theory.models.ssi reduces to its linearisation.
+    # small eta, large d: the full ODE of theory.ssi.model reduces to its linearisation.
     # Corrections: SIE 2 (sum He2) O(eta^2) (K(m) = K(0) + O(m^2), sphere term m^2);
     # SIE 1 (sum z) O(eta) since K(m) = K(0) - 4 m for a linear target with relu
     for fam, k, d, eta, tol in (("sum_he2", 2, 1e8, 0.01, 1e-3), ("sum_z", 1, 1e12, 1e-4, 1e-3)):

@@ -11,9 +11,9 @@ import pytest
 import sympy as sp
 from scipy import stats
 
-from theory.simulate import _sgd_kernels as K
-from theory.simulate.reduced import simulate_reduced
-from theory.simulate.sgd import SimSpec, simulate_sgd
+from theory.ssi.sgd import _kernels as K
+from theory.ssi.sgd.reduced import simulate_reduced
+from theory.ssi.sgd.simulate import SimSpec, simulate_sgd
 
 z1, z2 = sp.symbols("z1 z2", real=True)
 
@@ -186,7 +186,7 @@ def _assert_same_escape_law(name, spec, d, lr, n, **kw):
 def test_escape_step_distribution_full_vs_reduced(name, spec, d, lr, kw, fast, monkeypatch):
     """Both full-d kernels (the SIMD block generator + fused passes, forced here at small d, and
     the scalar per-draw generator) against the exact reduced chain."""
-    from theory.simulate import sgd as sgd_mod
+    from theory.ssi.sgd import simulate as sgd_mod
 
     monkeypatch.setattr(sgd_mod, "FAST_MIN_D", 0 if fast else 10**9)
     n = 120
@@ -224,7 +224,7 @@ def test_reduced_cost_does_not_grow_with_d():
 def test_escape_step_distribution_full_vs_reduced_d64(name, spec, lr, kw):
     """d = 64: the default full simulator (block generator, no forcing; rows padded 64 -> 128)
     against the exact reduced chain, ~4e3 / ~2.4e4 steps per run."""
-    from theory.simulate import sgd as sgd_mod
+    from theory.ssi.sgd import simulate as sgd_mod
 
     d, n = 64, 120
     assert d >= sgd_mod.FAST_MIN_D

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from theory.simulate import _sgd_kernels as K
-from theory.simulate.sgd import SimSpec, load_results, simulate_seeds, simulate_sgd
+from theory.ssi.sgd import _kernels as K
+from theory.ssi.sgd.simulate import SimSpec, load_results, simulate_seeds, simulate_sgd
 
 z1, z2 = sp.symbols("z1 z2", real=True)
 
@@ -237,7 +237,7 @@ def test_in_kernel_rng_chunk_equals_explicit_chunk(head, act, L, kout, untied, B
 
 
 def test_figures_registry():
-    from theory.plots.sgd import FIGURES
+    from theory.ssi.figures.sgd import FIGURES
 
     assert set(FIGURES) == {
         "sgd-trajectories",
@@ -252,7 +252,7 @@ def test_figures_registry():
 
 # ----------------------------------------------------------------- block generator + fast kernel
 
-from theory.simulate import _blocknormal as BN  # noqa: E402
+from theory.ssi.sgd import _blocknormal as BN  # noqa: E402
 
 
 def test_block_ziggurat_tables_are_the_equal_area_ziggurat():

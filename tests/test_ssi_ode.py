@@ -1,4 +1,4 @@
-"""The (e, m) ODE of theory.models.ssi: closed-form cases, invariants, the weak-recovery event,
+"""The (e, m) ODE of theory.ssi.model: closed-form cases, invariants, the weak-recovery event,
 and agreement with an independent numpy implementation of online spherical SGD at small d."""
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from theory.models import ssi
-from theory.models._ssi_kernels import attention_jac
+from theory.ssi import model as ssi
+from theory.ssi._kernels import attention_jac
 
 
 def _closed(rhs, y0, ts):
@@ -178,7 +178,7 @@ def test_ode_matches_numpy_sgd_attention_with_positional_encoding():
 
 def test_ode_gain_matches_hermite_prediction():
     # sum He2 / sqrt2 at equal (small) step size: nu_untied / nu_tied = L (spec section 5), from
-    # the ODEs of the two networks vs theory.hermite's tensor data
+    # the ODEs of the two networks vs theory.ssi.hermite's tensor data
     for L in (2, 3):
         tgt = "(" + "+".join(f"He2(z{i + 1})" for i in range(L)) + ")/sqrt(2)"
         p = ssi.predicted_escape(tgt, L, d=1000, lr=0.005)

@@ -1,4 +1,4 @@
-"""Population risk, derivatives, K, flatness and the spec-6 criteria of theory.models.ssi, checked
+"""Population risk, derivatives, K, flatness and the spec-6 criteria of theory.ssi.model, checked
 against closed forms and against independent numerical methods."""
 
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from theory.models import ssi
-from theory.models._ssi_kernels import attention_jac, attention_scores
+from theory.ssi import model as ssi
+from theory.ssi._kernels import attention_jac, attention_scores
 
 SQ2PI = math.sqrt(2 * math.pi)
 

@@ -1,6 +1,6 @@
 """``theory reproduce``: regenerate the figures and the headline numbers of the papers.
 
-Every figure module of :mod:`theory.plots` exposes ``FIGURES: dict[str, callable]``; each entry
+Every figure module of :mod:`theory.plotting` exposes ``FIGURES: dict[str, callable]``; each entry
 ``fn(out_dir: Path, quick: bool) -> dict(files=[...], numbers=[dict(name, value, how)])`` writes
 its figure(s) into ``out_dir`` and returns the headline numbers it computed, each with one
 sentence saying how (method, sizes, seeds).  This module
@@ -37,12 +37,12 @@ from theory import __version__
 from theory._util import atomic_write_text, dumps_json, to_jsonable
 
 FIGURE_MODULES: tuple[str, ...] = (
-    "theory.plots.sie",
-    "theory.plots.erm_theory",
-    "theory.plots.erm",
-    "theory.plots.sgd_phase",
-    "theory.plots.sgd",
-    "theory.plots.histogram",
+    "theory.ssi.figures.sie",
+    "theory.attention.figures.theory",
+    "theory.attention.figures.simulation",
+    "theory.ssi.figures.phase",
+    "theory.ssi.figures.sgd",
+    "theory.histogram.figures",
 )
 
 CACHE_DIR = ".cache"
@@ -252,7 +252,7 @@ def _normalise_result(out: Path, result) -> dict:
 
 def _run_piece(fn: Callable, out: str, quick: bool) -> tuple[dict, float]:
     """Run one piece (in this process or a worker); returns (raw result, seconds)."""
-    from theory.plots import use_agg
+    from theory.plotting import use_agg
 
     use_agg()
     t0 = time.perf_counter()

@@ -597,7 +597,7 @@ def erm_fixed_point_point(
     lam: float | None = None,
 ) -> dict:
     """One replica fixed point of the positional–semantic ERM model on the given branch."""
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     kw = {k: v for k, v in (("omega", omega), ("sigma", sigma), ("lam", lam)) if v is not None}
     res = ps.fixed_point(alpha, ps.ERMParams(**kw), branch=branch)
@@ -610,7 +610,7 @@ def erm_transition_point(
     omega: float, sigma: float | None = None, lam: float | None = None
 ) -> dict:
     """α_c(ω) and α_l(ω) of the positional–semantic ERM model (one point of the phase diagram)."""
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     kw = {k: v for k, v in (("omega", omega), ("sigma", sigma), ("lam", lam)) if v is not None}
     row = _as_row(ps.transition(ps.ERMParams(**kw)))
@@ -629,7 +629,7 @@ def erm_transition_point(
 
 def sgd_boundaries_point(a: float) -> dict:
     """ω values where the spec-6 SGD regimes switch on the line a = const."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     out = ssi.boundaries(a)
     return {k: v for k, v in out.items() if k.startswith("omega_")}
@@ -638,7 +638,7 @@ def sgd_boundaries_point(a: float) -> dict:
 def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_000) -> dict:
     """(e, m) ODE of the spec-6 positional–semantic SGD model from the default small start:
     escape time and the minimum reached."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     res = ssi.integrate_ode(ssi.ps_model(a, omega), lr=lr, d=d)
     row = _as_row(res)
@@ -648,7 +648,7 @@ def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_00
 
 def sie_point(target: str, L: int | None = None) -> dict:
     """SIE, tied contraction and gains of one target expression."""
-    from theory import hermite
+    from theory.ssi import hermite
 
     res = hermite.analyze(target, L=L)
     row = _as_row(res)
@@ -683,7 +683,7 @@ SWEEPABLE: dict[str, Sweepable] = {
             "lam": (float, None, "ridge λ (default: the model's)"),
         },
         help="replica fixed point of the positional–semantic ERM model at each (α, ω)",
-        requires="theory.models.positional_semantic",
+        requires="theory.attention.model",
     ),
     "erm-transition": Sweepable(
         "erm-transition",
@@ -694,14 +694,14 @@ SWEEPABLE: dict[str, Sweepable] = {
             "lam": (float, None, "ridge λ (default: the model's)"),
         },
         help="α_c(ω) and α_l(ω) of the ERM model (each ω is one point: the phase diagram)",
-        requires="theory.models.positional_semantic",
+        requires="theory.attention.model",
     ),
     "sgd-boundaries": Sweepable(
         "sgd-boundaries",
         sgd_boundaries_point,
         axes={"a": (float, "positional strengths a")},
         help="ω where each SGD regime of the positional–semantic target switches, per a",
-        requires="theory.models.ssi",
+        requires="theory.ssi.model",
     ),
     "sgd-ode": Sweepable(
         "sgd-ode",
@@ -709,7 +709,7 @@ SWEEPABLE: dict[str, Sweepable] = {
         axes={"omega": (float, "target ω values"), "a": (float, "target a values")},
         options={"lr": (float, 0.05, "step size γ"), "d": (int, 10_000, "dimension d")},
         help="(e, m) ODE of the SGD positional–semantic target: escape time and minimum",
-        requires="theory.models.ssi",
+        requires="theory.ssi.model",
     ),
     "sie": Sweepable(
         "sie",
@@ -719,7 +719,7 @@ SWEEPABLE: dict[str, Sweepable] = {
             "L": (int, "sequence lengths"),
         },
         help="SIE, tied contraction and tied/untied gains of each target",
-        requires="theory.hermite",
+        requires="theory.ssi.hermite",
     ),
 }
 

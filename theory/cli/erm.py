@@ -114,7 +114,7 @@ def _theory_tail(p, func):
 
 
 def _params(args, omega=None):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     try:
         a = [float(x) for x in str(args.A).split(",")]
@@ -138,7 +138,7 @@ def _fp_kwargs(args):
 
 
 def _rule(args):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     if args.method == "split":
         return ps.make_rule(
@@ -157,7 +157,7 @@ def _rule(args):
 
 
 def cmd_fixed_point(args):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     p = _params(args)
     r = ps.fixed_point(args.alpha, p, args.branch, **_fp_kwargs(args))
@@ -195,7 +195,7 @@ CURVE_COLUMNS = (
 
 
 def curve_rows(results, p, eps_lin):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     rows = []
     for r in results:
@@ -263,7 +263,7 @@ def _csv(rows, columns) -> str:
 
 
 def cmd_curve(args):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     p = _params(args)
     alphas = parse_range(args.alphas)
@@ -281,7 +281,7 @@ def cmd_curve(args):
     if args.out:
         atomic_write_text(args.out, _csv(rows, CURVE_COLUMNS))
     if args.plot:
-        from theory.plots.erm_theory import plot_curve
+        from theory.attention.figures.theory import plot_curve
 
         plot_curve(rows, p, args.plot)
     lines = [
@@ -301,7 +301,7 @@ def cmd_curve(args):
 
 
 def cmd_transition(args):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     p = _params(args)
     kw = _fp_kwargs(args)
@@ -328,7 +328,7 @@ PD_COLUMNS = ("omega", "alpha_c", "alpha_l", "eps_g_lin", "alpha_l_branch", "sta
 
 
 def cmd_phase_diagram(args):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     p = _params(args, omega=0.0)
     omegas = parse_range(args.omegas)
@@ -354,7 +354,7 @@ def cmd_phase_diagram(args):
     on_row(rows)
     payload = dict(rows=rows)
     if heat is not None:
-        from theory.plots.erm import simulated_delta_eps_t
+        from theory.attention.figures.simulation import simulated_delta_eps_t
 
         mean, sem = simulated_delta_eps_t(
             heat["alphas"],
@@ -377,11 +377,11 @@ def cmd_phase_diagram(args):
         payload["heatmap"] = heat
     if args.plot:
         if heat is not None:
-            from theory.plots.erm_heatmap import plot_phase_heatmap
+            from theory.attention.figures.heatmap import plot_phase_heatmap
 
             plot_phase_heatmap(rows, heat, p, args.plot)
         else:
-            from theory.plots.erm_theory import plot_phase_diagram
+            from theory.attention.figures.theory import plot_phase_diagram
 
             plot_phase_diagram(rows, p, args.plot)
     text = "\n".join(
@@ -460,7 +460,7 @@ def _run_seeds(args, run, extra=()):
 
 
 def _gd_run(args, seed, A):
-    from theory.simulate.erm_gd import simulate_gd
+    from theory.attention.finite_d.gd import simulate_gd
 
     return simulate_gd(
         args.alpha,
@@ -479,7 +479,7 @@ def _gd_run(args, seed, A):
 
 
 def _gamp_run(args, seed, A):
-    from theory.simulate.gamp import run_gamp
+    from theory.attention.finite_d.gamp import run_gamp
 
     return run_gamp(
         args.alpha,

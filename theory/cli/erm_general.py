@@ -51,7 +51,7 @@ def _model_args(p):
 
 
 def _params(args):
-    from theory.models.ps_general import GeneralParams
+    from theory.attention.general.model import GeneralParams
 
     L = args.L
     if int(L) != L or L < 2:
@@ -68,7 +68,7 @@ def _fmt(a):
 
 
 def cmd_fixed_point(args):
-    from theory.models.ps_general import fixed_point
+    from theory.attention.general.model import fixed_point
 
     p = _params(args)
     r = fixed_point(
@@ -105,7 +105,7 @@ def cmd_fixed_point(args):
 
 
 def cmd_simulate(args):
-    from theory.simulate.erm_general import make_problem, simulate
+    from theory.attention.finite_d.general import make_problem, simulate
 
     p = _params(args)
     rows = []
@@ -134,8 +134,8 @@ def cmd_simulate(args):
 
 
 def cmd_fixed_m(args):
-    from theory.models.ps_general import fixed_m_point
-    from theory.simulate.erm_general import simulate_fixed_m
+    from theory.attention.finite_d.general import simulate_fixed_m
+    from theory.attention.general.model import fixed_m_point
 
     p = _params(args)
     try:

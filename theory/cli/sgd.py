@@ -91,8 +91,8 @@ def _add_model_args(p, *, default_L=None):
 
 
 def build_model(args):
-    """The ``theory.models.ssi`` model described by the common options."""
-    from theory.models import ssi
+    """The ``theory.ssi.model`` model described by the common options."""
+    from theory.ssi import model as ssi
 
     ps = args.omega is not None or args.a is not None
     if ps and args.target is not None:
@@ -109,7 +109,7 @@ def build_model(args):
         return ssi.AttentionModel(
             tgt, L=L, pe=args.pe or "opposite", reduction=args.reduction or "identity"
         )
-    from theory.hermite import parse_target
+    from theory.ssi.hermite import parse_target
 
     t = parse_target(args.target, args.L)
     if args.model == "attention":
@@ -331,7 +331,7 @@ def register(subparsers) -> None:
 
 
 def _ode(args):
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     model = build_model(args)
     res = ssi.integrate_ode(
@@ -362,7 +362,7 @@ def _ode(args):
 
 
 def _flatness(args):
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     model = build_model(args)
     kappa, H = ssi.flatness(model, max_order=args.max_order)
@@ -385,7 +385,7 @@ def _flatness(args):
 
 
 def _boundaries(args):
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     b = ssi.boundaries(args.a, n=args.nodes)
     text = "\n".join(f"{k}: {v}" for k, v in b.items())
@@ -404,7 +404,7 @@ def _lims(text, name):
 
 
 def _phase(args):
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     if args.grid < 2:
         raise ValueError("--grid must be >= 2")
@@ -435,7 +435,7 @@ def _phase(args):
         atomic_write_text(args.out, dumps_json(full) + "\n")
         payload["out"] = args.out
     if args.plot:
-        from theory.plots.sgd_phase import plot_phase_diagram
+        from theory.ssi.figures.phase import plot_phase_diagram
 
         plot_phase_diagram(pdg, path=args.plot)
         payload["plot"] = args.plot
@@ -450,7 +450,7 @@ def _phase(args):
 
 
 def _simulate(args):
-    from theory.simulate.sgd import seeds_from, simulate_seeds
+    from theory.ssi.sgd.simulate import seeds_from, simulate_seeds
 
     model = build_model(args)
     seeds = seeds_from(args.seed, args.seeds)
@@ -494,7 +494,7 @@ def _simulate(args):
 
 
 def _gain(args):
-    from theory.simulate.gain import gain_curve
+    from theory.ssi.gain import gain_curve
 
     Ls = parse_range(args.Ls, integer=True)
     norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())

@@ -42,7 +42,7 @@ def register(subparsers) -> None:
         "|contraction/op_norm| (x sqrt(L) if SIE = 1) at equal step sizes, and the SIE of the "
         "even part (what attention without positional encoding sees). gain_*_drift: the same "
         "gains from the ratio of the initial drifts of the overlaps, which keeps the factor "
-        "L^(1-SIE/2) that the spec formula drops for SIE >= 3 (see theory.hermite).",
+        "L^(1-SIE/2) that the spec formula drops for SIE >= 3 (see theory.ssi.hermite).",
         epilog="Examples: theory sie 'He2(z1)+He2(z2)';  theory sie 'z1-z2' --json;  "
         "theory sie 'relu(z1)+relu(z2)' --L 3;  theory sie 'softmax(1, z1*z1, z1*z2)'. "
         "Functions: He<k>(x), exp, log, sqrt, sin, cos, tanh, erf, abs, sign, relu, Max, Min, "
@@ -76,7 +76,7 @@ def register(subparsers) -> None:
 
 
 def handler(args) -> int:
-    from theory.hermite import analyze
+    from theory.ssi.hermite import analyze
 
     if args.max_order < 1:
         raise ValueError(f"--max-order must be >= 1, got {args.max_order}")

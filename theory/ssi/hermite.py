@@ -46,7 +46,7 @@ Quantities of :func:`analyze` (spec section 5)
   op norm sqrt(L) -> L^2 and L.  z_1 - z_2: contraction 0 -> gain 0, tied network stuck.
   Equality (not just scaling) holds when C_SIE is orthogonally decomposable (SIE <= 2, separable
   g); otherwise the numbers are the spec's order-of-magnitude prediction.
-  CAVEAT (measured and derived in theory.simulate.gain): ``gain_optimal`` is the spec's formula,
+  CAVEAT (measured and derived in theory.ssi.gain): ``gain_optimal`` is the spec's formula,
   which assumes that the untied rows carry the same SGD noise constant K as the tied network.
   With per-row spheres (and also with one flattened sphere) every untied row sees K/L, so the
   package's own ODE predicts gain_optimal / L at optimal step sizes for SIE <= 2 -- L, not L^2,
@@ -414,7 +414,7 @@ def _compile_njit(expr: sp.Expr, L: int):
     src = f"def _g(_z):\n    return float({body})\n"
     ns: dict[str, Any] = {"math": math}
     try:
-        exec(compile(src, "<theory.hermite target>", "exec"), ns)  # noqa: S102
+        exec(compile(src, "<theory.ssi.hermite target>", "exec"), ns)  # noqa: S102
         fn = numba.njit(ns["_g"])
         fn(np.zeros(L))
     except Exception as exc:

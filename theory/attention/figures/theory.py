@@ -1,6 +1,7 @@
 """Theory-only figures of the ERM model (replica curves, phase diagram).
 
-Overlays with simulations live in ``theory.plots.erm``.  ``FIGURES`` exposes the headline
+Overlays with simulations live in ``theory.attention.figures.simulation``.
+``FIGURES`` exposes the headline
 numbers for ``theory reproduce``.
 """
 
@@ -25,7 +26,7 @@ def _title(p, extra=""):
 def plot_curve(rows, p, path, *, alpha_c=None, alpha_l=None):
     """Three panels over α: Δε_t = ε_t(sem) - ε_t(pos); θ/σ² and m; ε_g of both branches, the
     global minimiser and the linear baseline."""
-    from theory.plots import use_agg
+    from theory.plotting import use_agg
 
     use_agg()
     import matplotlib.pyplot as plt
@@ -82,7 +83,7 @@ def plot_curve(rows, p, path, *, alpha_c=None, alpha_l=None):
 
 
 def plot_phase_diagram(rows, p, path):
-    from theory.plots import use_agg
+    from theory.plotting import use_agg
 
     use_agg()
     import matplotlib.pyplot as plt
@@ -107,7 +108,7 @@ def plot_phase_diagram(rows, p, path):
 
 
 def _fig_phase(out_dir: Path, quick: bool):
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     p = ps.ERMParams()
     t0 = time.time()

@@ -1,11 +1,11 @@
 """Figures of the Hermite/SIE analysis: predicted tied/untied gains vs L for the spec's targets.
 
 ``FIGURES["sie-gains"](out_dir, quick)`` writes ``sie-gains.png`` (gain at optimal and at equal
-step sizes vs L, spec section 5 formula, from :func:`theory.hermite.analyze`) and
+step sizes vs L, spec section 5 formula, from :func:`theory.ssi.hermite.analyze`) and
 ``sie-table.md`` (SIE, even SIE, leading-tensor contraction, operator norm and gains of the
 spec's worked examples).  Everything is exact sympy arithmetic for these polynomial targets; the
 figure is a theory prediction (no simulation points: the SGD escape-time simulations belong to
-``theory.plots.sgd``).
+``theory.ssi.figures.sgd``).
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def _fmt(x, digits=6):
 
 
 def sie_gains(out_dir: Path, quick: bool) -> dict:
-    from theory.hermite import analyze
-    from theory.plots import use_agg
+    from theory.plotting import use_agg
+    from theory.ssi.hermite import analyze
 
     use_agg()
     import matplotlib.pyplot as plt
@@ -156,7 +156,7 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
     he2 = rows[GAIN_TARGETS[0][0]][-1]
     lin = rows[GAIN_TARGETS[1][0]][-1]
     how = (
-        "exact sympy Hermite tensors (theory.hermite.analyze), spec section 5 formula; "
+        "exact sympy Hermite tensors (theory.ssi.hermite.analyze), spec section 5 formula; "
         "no randomness"
     )
     numbers = [

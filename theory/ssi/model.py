@@ -39,7 +39,7 @@ sphere, dm_l/dt = -(1 - m_l^2) dR/dm_l - (gamma/2) K_l m_l with K_l = E (dl/dz_l
 How the expectations are computed
 ---------------------------------
 * ``engine="hermite"`` (default for polynomial scalar targets, exact in the target): Mehler's
-  formula.  With g = sum_k a_k He_k (a_k exact, from :mod:`theory.hermite`) and
+  formula.  With g = sum_k a_k He_k (a_k exact, from :mod:`theory.ssi.hermite`) and
   E[He_k(xi) | z] = m^k He_k(z - e) (m^k = prod_l m_l^{k_l}),
 
       E[g(xi) F(z)] = sum_k a_k m^k E[F(e + zeta) He_k(zeta)],   zeta ~ N(0, I_L),
@@ -82,13 +82,13 @@ from scipy.optimize import brentq
 
 from theory._util import as_rng, check_positive, check_unit_interval
 from theory.gauss import gh_rule, gh_tensor, sobol_normal
-from theory.models._ssi_kernels import (
+from theory.results import Result
+from theory.ssi._kernels import (
     activation,
     attention_jac,
     he_multi,
     he_table,
 )
-from theory.results import Result
 
 __all__ = [
     "PositionalSemanticTarget",
@@ -156,7 +156,7 @@ class PositionalSemanticTarget:
 
 
 def _scores(z):
-    from theory.models._ssi_kernels import attention_scores
+    from theory.ssi._kernels import attention_scores
 
     return attention_scores(z)
 
@@ -168,11 +168,11 @@ def positional_matrix(a: float) -> np.ndarray:
 
 
 class _ScalarTarget:
-    """A scalar sympy target (via :func:`theory.hermite.parse_target`) with numpy g, dg and, for
+    """A scalar sympy target (via :func:`theory.ssi.hermite.parse_target`) with numpy g, dg and, for
     polynomials, the exact Hermite coefficients of g and g^2."""
 
     def __init__(self, target, L):
-        from theory import hermite
+        from theory.ssi import hermite
 
         self.t = hermite.parse_target(target, L)
         self.L = self.t.L
@@ -206,8 +206,8 @@ class _ScalarTarget:
 
 
 def _poly_hermite(expr, syms) -> dict:
-    """Exact a_alpha (g = sum a_alpha He_alpha) of a polynomial, via theory.hermite."""
-    from theory import hermite
+    """Exact a_alpha (g = sum a_alpha He_alpha) of a polynomial, via theory.ssi.hermite."""
+    from theory.ssi import hermite
 
     if not expr.free_symbols & set(syms):
         return {(0,) * len(syms): sp.nsimplify(expr)}
@@ -574,7 +574,7 @@ class AttentionModel(_Model):
 
     Parameters
     ----------
-    target : str | sympy expression | theory.hermite.Target | PositionalSemanticTarget
+    target : str | sympy expression | theory.ssi.hermite.Target | PositionalSemanticTarget
     L : sequence length.
     pe : "none", "opposite" (L = 2, P_1 = -P_2) , "orthonormal" or a Gram matrix G = P P^T.
     reduction : "identity" (matrix output, squared Frobenius loss), "trace" or
@@ -1076,7 +1076,7 @@ def predicted_escape(
     ``steps_escape_tied``, ``steps_escape_untied`` (None if stuck) and ``gain_ode`` (their ratio,
     untied / tied, at equal step size).
     """
-    from theory import hermite
+    from theory.ssi import hermite
 
     rep = hermite.analyze(target, L)
     k = rep.sie
@@ -1365,7 +1365,7 @@ class PSTables:
     def __init__(self, kmax=PS_KMAX, ncheb=PS_NCHEB, n=PS_NODES):
         from numpy.polynomial import chebyshev as C
 
-        from theory.models._ssi_kernels import attention_scores, multi_indices
+        from theory.ssi._kernels import attention_scores, multi_indices
 
         x, w = gh_rule(n)
         Z = np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2)

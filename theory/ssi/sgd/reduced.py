@@ -3,7 +3,7 @@ r"""The exact reduced (d-independent) simulator of online spherical SGD.
 Claim
 -----
 For online spherical SGD with a fresh isotropic sample at every step (normalisation of
-``theory.simulate.sgd``), the frame coordinates of the student form a Markov chain whose
+``theory.ssi.sgd.simulate``), the frame coordinates of the student form a Markov chain whose
 transition law depends on d only through one chi-square variable per student row, and this
 chain has EXACTLY the law of the full d-dimensional simulation (no large-d approximation).
 
@@ -66,7 +66,7 @@ full simulator at small d (two-sample KS test and means within standard errors).
 
 from __future__ import annotations
 
-from theory.simulate.sgd import _DOC_COMMON, SGDResult, _run
+from theory.ssi.sgd.simulate import _DOC_COMMON, SGDResult, _run
 
 __all__ = ["simulate_reduced"]
 

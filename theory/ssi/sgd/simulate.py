@@ -11,11 +11,11 @@ per step and
 Order parameters: m = w . w* / d, e_l = P_l . w / sqrt(d).  With the frame (w*/sqrt(d),
 orthonormal basis q_j of span(P)) the student's frame coordinates are c = (m, q_j . w / sqrt(d));
 for the reference encoding P_1 = -P_2 = p the scalar e of the spec is c_1.  Time t = gamma nu / d
-(nu = step count), the ODE time of ``theory.models.ssi``.  Weak recovery: nu_eta = first step
+(nu = step count), the ODE time of ``theory.ssi.model``.  Weak recovery: nu_eta = first step
 with ||c|| >= eta (= sqrt(m^2 + e^2) for the scalar e; |m| without encoding), or, for the untied
 network, m_untied = ||W w* / d|| / sqrt(L) >= eta.  Default eta = 2 / sqrt(d).
 
-Students (``model_spec``): the model objects of ``theory.models.ssi`` (``AttentionModel``,
+Students (``model_spec``): the model objects of ``theory.ssi.model`` (``AttentionModel``,
 ``TiedNetwork``, ``UntiedNetwork``) or a :class:`SimSpec`.
 
 * attention: z = (X + P / sqrt(d)) w, f = Pi[softmax_row(z z^T)], Pi = identity (matrix target,
@@ -26,7 +26,7 @@ Students (``model_spec``): the model objects of ``theory.models.ssi`` (``Attenti
 
 Two simulators with the same interface and result type :class:`SGDResult`:
 :func:`simulate_sgd` (the full d-dimensional weights, numba) and
-``theory.simulate.reduced.simulate_reduced`` (the exact d-independent chain of the frame
+``theory.ssi.sgd.reduced.simulate_reduced`` (the exact d-independent chain of the frame
 coordinates).  :func:`simulate_seeds` runs either over many seeds in processes.
 
 Implementation note (exact, not an approximation): the target is evaluated outside the numba
@@ -34,7 +34,7 @@ kernel on a chunk of z* ~ N(0, I_L); the token row is then built as x_l = g_l / 
 component of g_l along w*/sqrt(d) replaced by z*_l / sqrt(d).  This has exactly the law of a fresh
 N(0, I/d) row with x_l . w* = z*_l, so any numpy-vectorised target works inside the kernel.
 The d-dimensional Gaussian rows are drawn inside the numba kernel, seeded from ``seed``: for
-d >= ``FAST_MIN_D`` (32) by the SIMD block generator of ``theory.simulate._blocknormal`` (64
+d >= ``FAST_MIN_D`` (32) by the SIMD block generator of ``theory.ssi.sgd._blocknormal`` (64
 xoshiro256** lanes + a 2048-layer ziggurat, exact N(0, 1); kernel ``full_chunk_fast``), below by
 the scalar xoshiro256** + ziggurat of ``theory.gauss``; ``_FullState.kernel_rng = False`` feeds
 numpy-drawn chunks instead.
@@ -55,8 +55,8 @@ import numpy as np
 
 from theory._util import as_rng, check_positive, seed_int, to_jsonable
 from theory.results import Result
-from theory.simulate import _blocknormal as BN
-from theory.simulate import _sgd_kernels as K
+from theory.ssi.sgd import _blocknormal as BN
+from theory.ssi.sgd import _kernels as K
 
 __all__ = [
     "SimSpec",
@@ -80,7 +80,7 @@ class SimSpec:
     ("ps", omega, a) (the positional-semantic matrix target of spec section 6, L = 2).
     pe: "none" | "opposite" | an L x L Gram matrix (tuple of tuples) of the encoding rows.
     reduction (attention): "identity" | "trace" | "projection" (f = proj_a^T S proj_b).
-    activation (networks): a name of ``theory.simulate._sgd_kernels.ACTIVATIONS``.
+    activation (networks): a name of ``theory.ssi.sgd._kernels.ACTIVATIONS``.
     """
 
     kind: str
@@ -204,7 +204,7 @@ def _target_callable(target: tuple, L: int):
             S = _softmax_rows(zs[:, :, None] * zs[:, None, :])
             return ((1.0 - omega) * S + omega * A).reshape(zs.shape[0], -1)
     elif target[0] == "expr":
-        from theory.hermite import Target
+        from theory.ssi.hermite import Target
 
         tg = Target(expr=target[1], L=L)
 
@@ -238,14 +238,14 @@ def _target_tuple(target, L):
         return ("ps", float(target.omega), float(target.a))
     if isinstance(target, tuple) and target and target[0] in ("ps", "psA", "expr", "callable"):
         return target
-    from theory.hermite import parse_target
+    from theory.ssi.hermite import parse_target
 
     t = parse_target(target, L)
     return ("expr", t.expr)
 
 
 def as_spec(model) -> SimSpec:
-    """Read a ``theory.models.ssi`` model object (or a SimSpec) into a :class:`SimSpec`."""
+    """Read a ``theory.ssi.model`` model object (or a SimSpec) into a :class:`SimSpec`."""
     if isinstance(model, SimSpec):
         return model
     kind = getattr(model, "kind", None)
@@ -295,11 +295,11 @@ def as_spec(model) -> SimSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class SGDResult(Result):
-    """A finite-d SGD trajectory (same field names as the ODE result of ``theory.models.ssi``).
+    """A finite-d SGD trajectory (same field names as the ODE result of ``theory.ssi.model``).
 
     t (n_rec,) ODE time gamma nu / d; steps (n_rec,) step counts nu; m (n_rec,) overlap (untied:
     m_untied = ||W w*/d|| / sqrt(L)); e: the encoding overlap in reduced coordinates c (e_l =
-    sum_j B_lj c_j, B B^T = P P^T, as in ``theory.models.ssi``): (n_rec,) when the encoding has
+    sum_j B_lj c_j, B B^T = P P^T, as in ``theory.ssi.model``): (n_rec,) when the encoding has
     rank <= 1 (zeros without encoding), else (n_rec, rank); risk: mean sample loss
     over the steps since the previous record (a noisy risk estimate, NaN at step 0);
     steps_escape / t_escape: weak-recovery step / time (None if not reached); final_e, final_m:
@@ -334,7 +334,7 @@ class SGDResult(Result):
 
 
 def classify_minimum(e, m) -> str:
-    """The ODE's rule (``theory.models.ssi.classify_minimum``): "semantic" within 15 degrees of
+    """The ODE's rule (``theory.ssi.model.classify_minimum``): "semantic" within 15 degrees of
     the m axis with norm > 0.5, "positional" within 15 degrees of the e axis, else "other"."""
     en = float(np.linalg.norm(np.atleast_1d(np.asarray(e, dtype=float))))
     mm = abs(float(m))
@@ -399,7 +399,7 @@ def _recovery_q(spec, C):
 
 
 #: from this d on the full simulator draws its token rows with the SIMD block generator
-#: (``theory.simulate._blocknormal``; rows padded to a multiple of 128 draws); below, with the
+#: (``theory.ssi.sgd._blocknormal``; rows padded to a multiple of 128 draws); below, with the
 #: scalar generator of ``theory.gauss``.  Measured (attention, L = 2, per step): d = 16: 528 vs
 #: 413 ns, d = 32: 517 vs 539 ns, d = 64: 518 vs 816 ns, d = 200: 759 vs 3980 ns.
 FAST_MIN_D = 32
@@ -501,7 +501,7 @@ class _FullState:
 
 
 class _ReducedState:
-    """The exact reduced chain (see ``theory.simulate.reduced``)."""
+    """The exact reduced chain (see ``theory.ssi.sgd.reduced``)."""
 
     def __init__(self, spec, d, rng, C0, rr0):
         self.spec, self.d = spec, d
@@ -673,7 +673,7 @@ def _seed_repr(seed):
 
 _DOC_COMMON = """
     model_spec: an ``AttentionModel`` / ``TiedNetwork`` / ``UntiedNetwork`` of
-    ``theory.models.ssi`` or a :class:`SimSpec`.  d: dimension; lr: gamma; seed: int or Generator.
+    ``theory.ssi.model`` or a :class:`SimSpec`.  d: dimension; lr: gamma; seed: int or Generator.
     steps: number of SGD steps; None runs until weak recovery, then ``margin * nu_eta +
     t_margin * d / lr`` more steps (or ``max_steps``).  m0, e0: initial overlaps (the rest of the
     student is a uniformly random direction orthogonal to the frame); otherwise ``start`` =
@@ -729,7 +729,7 @@ simulate_sgd.__doc__ = (
 def _job(args):
     spec, d, lr, seed, reduced, kw = args
     if reduced:
-        from theory.simulate.reduced import simulate_reduced as f
+        from theory.ssi.sgd.reduced import simulate_reduced as f
     else:
         f = simulate_sgd
     return seed, f(spec, d, lr, seed, **kw)

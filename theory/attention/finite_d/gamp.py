@@ -1,6 +1,6 @@
 """GAMP for the positional-semantic attention model at finite d (spec §5b), and its state evolution.
 
-Normalisations: :mod:`theory.simulate.erm_data` (fields ``h = X Q / sqrt(d)``,
+Normalisations: :mod:`theory.attention.finite_d.data` (fields ``h = X Q / sqrt(d)``,
 ``q = sigma^2|Q|^2/d``, ``m = 1^T Q / d``, ``theta = sigma^2 Q*^T Q / d``).
 
 Algorithm (r = 1, L = 2; one iteration t, all samples at once; ``mixing`` = mu)::
@@ -26,7 +26,8 @@ with the damped one-time map: they agreed for two undamped iterations only.
 
 The channel ``l_mu``.  With finite-d data the per-sample loss is EXACTLY a function of the two
 local fields, ``l_mu(h) = kappa_mu[(a(h) - a*_mu)^2 + (b(h) - b*_mu)^2] + c_mu`` with
-``(kappa, a*, b*, c)`` computed from the sample (:mod:`theory.simulate.erm_data`).  The default
+``(kappa, a*, b*, c)`` computed from the sample
+(:mod:`~theory.attention.finite_d.data`).  The default
 ``channel="exact"`` uses it: a GAMP fixed point then satisfies ``lam Qhat = -grad sum_mu
 l_mu(X_mu Qhat/sqrt(d))``, i.e. it is EXACTLY a stationary point of the empirical risk L(Q)
 (for any V): the fixed point reached is at finite d what gradient descent converges to.
@@ -64,11 +65,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from theory._util import as_rng
+from theory.attention import model as ps
+from theory.attention.finite_d.data import (
+    CHANNELS,
+    attention2,
+    check_params,
+    sample_loss_hess,
+    sigmoid,
+)
+from theory.attention.finite_d.gd import FiniteDResult, evaluate, initial_weights, make_problem
 from theory.gauss import cov_root
-from theory.models import positional_semantic as ps
 from theory.results import Result
-from theory.simulate.erm_data import CHANNELS, attention2, check_params, sample_loss_hess, sigmoid
-from theory.simulate.erm_gd import FiniteDResult, evaluate, initial_weights, make_problem
 
 # --------------------------------------------------------------------------- the prox
 
@@ -328,7 +335,7 @@ class GAMPResult(FiniteDResult):
 
 
 def initial_gamp_weights(init, problem, seed, init_scale=None):
-    """GAMP's ``Qhat_0``: as :func:`~theory.simulate.erm_gd.initial_weights`, except that
+    """GAMP's ``Qhat_0``: as :func:`~theory.attention.finite_d.gd.initial_weights`, except that
     "positional" without ``init_scale`` is ``0.2 1_d`` (m = 0.2, the spec §4 start)."""
     if init == "positional" and init_scale is None:
         return np.full(problem.d, POSITIONAL_M0)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from theory.plots import use_agg
-from theory.simulate.histogram import blas_threads
+from theory.histogram.task import blas_threads
+from theory.plotting import use_agg
 
 SEQUENCES = ("BBCCDDBBBB", "LMDMMMAHHB", "ONMLKJIHGF")
 QUICK = dict(n_sequences=10_000, epochs=20, seeds=(0, 1))
@@ -33,7 +33,7 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
     use_agg()
     import matplotlib.pyplot as plt
 
-    from theory.simulate.histogram import CHANCE_ACCURACY
+    from theory.histogram.task import CHANCE_ACCURACY
 
     fig, (ax_acc, ax_err, ax_loss) = plt.subplots(1, 3, figsize=(16, 4.4))
     for variant, results in runs.items():
@@ -101,7 +101,7 @@ def plot_attention_maps(models: dict, sequences=SEQUENCES, out=None, *, title: s
     use_agg()
     import matplotlib.pyplot as plt
 
-    from theory.simulate.histogram import attention, encode
+    from theory.histogram.task import attention, encode
 
     seqs = list(sequences)
     tokens = np.array([encode(s) for s in seqs])
@@ -145,7 +145,7 @@ def same_token_mass(theta, x, variant) -> tuple[float, float]:
     those queries of the N sequences ``x``.  Returns (value, uniform-attention baseline), the
     baseline being the same average of (count_i - 1) / (L - 1).
     """
-    from theory.simulate.histogram import attention
+    from theory.histogram.task import attention
 
     x = np.atleast_2d(np.asarray(x))
     A = attention(theta, x, variant).astype(np.float64)
@@ -167,7 +167,7 @@ _CACHE: dict = {}
 
 def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
     """Train (or load) the semantic and positional models for all seeds; cached per process."""
-    from theory.simulate.histogram import load_model, make_data, save_model, train
+    from theory.histogram.task import load_model, make_data, save_model, train
 
     cfg = QUICK if quick else FULL
     key = (quick, str(out_dir))

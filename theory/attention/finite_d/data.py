@@ -1,6 +1,6 @@
 """Finite-d data of the positional-semantic attention model (spec/positional-semantic.md §1).
 
-Normalisations (stated once for all of ``theory.simulate.erm_*`` and ``theory.simulate.gamp``)
+Normalisations (stated once for all of ``theory.attention.finite_d``)
 ------------------------------------------------------------------------------------------------
 * Sequence length L = 2.  Tokens ``x_l = p_l + z_l`` with ``z_l ~ N(0, sigma^2 I_d)`` and the
   positional encodings ``p_1 = +1_d/sqrt(d)``, ``p_2 = -1_d/sqrt(d)`` (signs ``s = (+1, -1)``).

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from theory._util import check_positive, check_row_stochastic, check_unit_interval
-from theory.models import _ps_kernels as _K
+from theory.attention import _kernels as _K
 from theory.results import Result
 
 S_SIGNS = np.array([1.0, -1.0])  # positional signs s_ℓ of p_1 = +1/√d, p_2 = -1/√d
@@ -291,7 +291,7 @@ class Rule:
     """Quadrature rule over (ξ1, ξ2, η1, η2) ~ N(0, I_4).
 
     Tensor/sampled rules (``gh``, ``qmc``, ``mc``): ``nodes`` (N, 4), ``weights`` (N,).
-    The ``split`` rule (default) is described in ``theory.models._ps_kernels``: ξ in polar
+    The ``split`` rule (default) is described in ``theory.attention._kernels``: ξ in polar
     coordinates around the point where the student field vanishes, radius by ``n_r``-point
     Gauss-Legendre, every circle scanned at ``n_phi`` angles with the jumps of the global
     minimiser located and the arcs between them integrated by ``n_arc``-point Gauss-Legendre.

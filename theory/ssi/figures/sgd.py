@@ -2,8 +2,8 @@
 
 Every figure function has the signature ``fn(out_dir: Path, quick: bool) -> dict(files=[...],
 numbers=[dict(name, value, how)])`` and is listed in :data:`FIGURES`.  Simulations use the exact
-reduced chain (``theory.simulate.reduced``; validated in law against the full d-dimensional
-simulator in tests/test_sgd_reduced.py) and the ODE of ``theory.models.ssi``.  SGD runs are
+reduced chain (``theory.ssi.sgd.reduced``; validated in law against the full d-dimensional
+simulator in tests/test_sgd_reduced.py) and the ODE of ``theory.ssi.model``.  SGD runs are
 appended to ``<out_dir>/.sgd-runs/<figure>-<hash>.jsonl`` as they finish, so an interrupted
 figure resumes without recomputing them.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from theory._util import atomic_savefig
-from theory.plots import use_agg
+from theory.plotting import use_agg
 
 __all__ = ["FIGURES", "TARGETS_SIE"]
 
@@ -42,7 +42,7 @@ def _workers(quick):
 
 def _runs(out_dir, name, model, d, lr, seeds, quick, **kw):
     """simulate_seeds on the reduced chain with a resumable per-parameter JSON-lines file."""
-    from theory.simulate.sgd import as_spec, simulate_seeds
+    from theory.ssi.sgd.simulate import as_spec, simulate_seeds
 
     spec = as_spec(model)
     key = json.dumps(
@@ -83,7 +83,7 @@ def _save(fig, out_dir, name):
 
 
 def _tied(expr, act, L=2):
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     return ssi.TiedNetwork(expr, L=L, activation=act)
 
@@ -93,7 +93,7 @@ def _tied(expr, act, L=2):
 
 def fig_trajectories(out_dir, quick):
     """ODE vs SGD m(t) for SIE 1, 2, 3 targets (tied network, L = 2, no encoding: e = 0)."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     # SIE 3 needs gamma ~ 1/sqrt(d) to escape from m0 = 1/sqrt(d) (noise term), so its cost
     # grows like d^2: full mode uses d = 2000
@@ -173,7 +173,7 @@ def fig_trajectories(out_dir, quick):
 
 def _trajectory_attention(ax, out_dir, quick, numbers):
     """Spec-6 attention model (a = 1, omega = 0.5): e(t) and m(t), ODE vs SGD."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     a, om, lr = 1.0, 0.5, 0.05
     d = 5000 if quick else 20_000
@@ -384,7 +384,7 @@ def fig_gain(out_dir, quick):
     """Tied vs untied gain vs L at equal and optimal step sizes: the spec's formula, the
     package's ODE (closed form and numerical minimisation over the step size) and SGD (per-row
     spheres; flattened normalisation at optimal step sizes)."""
-    from theory.simulate.gain import gain_curve
+    from theory.ssi.gain import gain_curve
 
     cfg = _gain_setup(quick)
     Ls, d, seeds, factors = cfg["Ls"], cfg["d"], cfg["seeds"], cfg["factors"]
@@ -516,7 +516,7 @@ def fig_gain(out_dir, quick):
             dict(
                 name=f"sgd_gain_{fam}_optimal_ode_slope",
                 value=s_ode,
-                how="log-log slope of the ODE's optimal-step gain (theory.simulate.gain.ode_gains, "
+                how="log-log slope of the ODE's optimal-step gain (theory.ssi.gain.ode_gains, "
                 f"random-start-average start, d={d}, eta=0.5) over the same L",
             )
         )
@@ -538,7 +538,7 @@ def fig_gain(out_dir, quick):
 
 def fig_pathological(out_dir, quick):
     """z1 - z2 and (z1^2 - z2^2)/sqrt(2): the tied network stays at m ~ 0, the untied learns."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     d = 1000 if quick else 5000
     n_seeds = 6 if quick else 20
@@ -614,7 +614,7 @@ def fig_pathological(out_dir, quick):
 
 def fig_fraction_positional(out_dir, quick):
     """Fraction of SGD runs from (e, m) = (0, 0) ending positional vs omega at a = 1."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     a, lr = 1.0, 0.05
     if quick:
@@ -697,7 +697,7 @@ def fig_fraction_positional(out_dir, quick):
         dict(
             name="sgd_theory_omega_steepest_switch",
             value=sw,
-            how="theory.models.ssi.boundaries(1.0)['omega_steepest_switch']",
+            how="theory.ssi.model.boundaries(1.0)['omega_steepest_switch']",
         ),
     ]
     return dict(files=[_save(fig, out_dir, "sgd-fraction-positional")], numbers=numbers)
@@ -708,7 +708,7 @@ def fig_fraction_positional(out_dir, quick):
 
 def fig_landscape_trajectories(out_dir, quick):
     """Risk landscape at a = 1, omega = 0.67 with SGD trajectories from the origin."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     a, om, lr = 1.0, 0.67, 0.05
     d, n_seeds = (1000, 6) if quick else (1000, 12)
@@ -732,14 +732,14 @@ def fig_landscape_trajectories(out_dir, quick):
     trajs = [(np.asarray(r.e, float), np.asarray(r.m, float)) for r in res]
     fig, ax = _fig(figsize=(6.2, 5.4))
     try:
-        from theory.plots.sgd_phase import plot_landscape
+        from theory.ssi.figures.phase import plot_landscape
 
         plot_landscape(a, om, trajectories=res, ax=ax)
     except ImportError:
         ax.text(
             0.5,
             0.5,
-            "theory.plots.sgd_phase.plot_landscape unavailable",
+            "theory.ssi.figures.phase.plot_landscape unavailable",
             transform=ax.transAxes,
             ha="center",
         )

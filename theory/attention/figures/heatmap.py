@@ -2,9 +2,10 @@
 (``theory erm phase-diagram --heatmap --plot FIG``).
 
 Heat map: Δε_t = ε_t(semantic init) − ε_t(positional init) per (α, ω), mean over seeds, from
-:func:`theory.plots.erm.simulated_delta_eps_t` (negative: the semantic minimiser has the lower
-training loss).  Lines: the theory's α_c(ω) (ε_t(sem) = ε_t(pos)) and α_l(ω) (ε_g of the global
-minimiser = linear baseline), rows of :func:`theory.models.positional_semantic.phase_diagram`.
+:func:`~theory.attention.figures.simulation.simulated_delta_eps_t`
+(negative: the semantic minimiser has the lower training loss).  Lines: the theory's α_c(ω)
+(ε_t(sem) = ε_t(pos)) and α_l(ω) (ε_g of the global minimiser = linear baseline), rows of
+:func:`theory.attention.model.phase_diagram`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from theory._util import atomic_savefig
-from theory.plots import use_agg
+from theory.plotting import use_agg
 
 
 def plot_phase_heatmap(rows, heat: dict, p, path) -> Path:

@@ -3,9 +3,9 @@
 Any sequence length L >= 2, student rank r >= 1, teacher rank r_t >= 1, any row-stochastic L×L
 teacher matrix A and any positional encodings (through their Gram matrix G).  For L = 2,
 r = r_t = 1, A = [[0.6, 0.4], [0.4, 0.6]] and G = [[1, -1], [-1, 1]] the equations reduce
-EXACTLY to those of spec §3 (``theory.models.positional_semantic``, the independent reference
+EXACTLY to those of spec §3 (``theory.attention.model``, the independent reference
 of the tests).  The extension is derived here, not published: it is validated against finite-d
-L-BFGS on the empirical risk (``theory.simulate.erm_general``, tests/test_ps_general.py).
+L-BFGS on the empirical risk (``theory.attention.finite_d.general``, tests/test_ps_general.py).
 
 Model and normalisations (stated once)
 --------------------------------------
@@ -92,7 +92,8 @@ Setting: L = 3, r = r_t = 1, simplex encodings, A = 0.6 / 0.2, ω = 0.3, σ = 0.
   basinhopping at these overlaps (V = 22-28); QMC 2^12×2 and 2^13×4 differ by 8e-7 in ε_t
   and 0.5 % in q.
 * The θ = 0 sector of the finite-d risk is glassy, which RS cannot describe. L-BFGS restarts on
-  the SAME data, restricted to m = 0 (:func:`theory.simulate.erm_general.simulate_fixed_m`) end
+  the SAME data, restricted to m = 0
+  (:func:`~theory.attention.finite_d.general.simulate_fixed_m`) end
   in distinct minima whose mutual overlap q_ab is on average 7-20 % (at most 52 %) of their
   self-overlap q (d = 400-1600), ε_t differing by 5e-5-1e-4; at |m| = 0.35 q_ab/q ≈ 0.85-0.92,
   not growing with d. RS assumes q_ab = q. Control: at the L = 2 positional fixed point (α = 2)

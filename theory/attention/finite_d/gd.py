@@ -5,7 +5,8 @@ step, adaptive restart), "bb" (Barzilai-Borwein, non-monotone line search), "gd"
 with a fixed learning rate, the spec §6 protocol, slow: rate 1 - lr lam), "lbfgs" (scipy).
 Every one reports "converged" only when the RMS gradient |grad L|/sqrt(d) is below ``tol``.
 
-Spec: spec/positional-semantic.md §1 and §6.  Normalisations: see :mod:`theory.simulate.erm_data`.
+Spec: spec/positional-semantic.md §1 and §6.
+Normalisations: see :mod:`theory.attention.finite_d.data`.
 
     L(Q) = sum_mu |f_Q(X_mu) - y_mu|_F^2 / (2d) + (lam/2) |Q|^2,      n = round(alpha d)
 
@@ -19,7 +20,7 @@ Reported per run (same field names as the theory's result, so overlays are one c
   (the quantities spec §6 plots); absolute values because Q -> -Q is a symmetry.
 
 The risk and its gradient are computed from the exact per-sample reduction of
-:mod:`~theory.simulate.erm_data` (two BLAS matrix-vector products with the ``(2n, d)`` token
+:mod:`~theory.attention.finite_d.data` (two BLAS matrix-vector products with the ``(2n, d)`` token
 matrix per step); :func:`naive_risk` is the plain reference from the full softmax and tokens.
 
 Initialisations (spec §6): ``"semantic"`` Q = Q*; ``"positional"`` Q = 1_d / sqrt(d) (the
@@ -35,8 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.results import Result
-from theory.simulate.erm_data import (
+from theory.attention.finite_d.data import (
     ERMData,
     Teacher,
     check_params,
@@ -46,6 +46,7 @@ from theory.simulate.erm_data import (
     sample_loss,
     sample_loss_grad,
 )
+from theory.results import Result
 
 INITS = ("semantic", "positional", "random")
 TEST_CHUNK = 2000

@@ -19,7 +19,7 @@ Randomness: the reference kernel ``full_chunk`` (and ``reduced_chunk``) takes it
 arrays, so it and its numpy reference are deterministic functions of the same arrays and are
 tested against each other step by step.  The production full-d kernels draw the token rows
 inside numba: ``full_chunk_fast`` with the SIMD block generator of
-``theory.simulate._blocknormal`` (the default for d >= 64; tested against ``full_chunk`` fed
+``theory.ssi.sgd._blocknormal`` (the default for d >= 64; tested against ``full_chunk`` fed
 with ``fill_steps``) and ``full_chunk_rng`` with the scalar generator of ``theory.gauss``
 (tested against ``full_chunk`` fed with ``fill_normals``).
 """
@@ -32,7 +32,7 @@ import numba
 import numpy as np
 
 from theory.gauss import _normal as _gauss_normal
-from theory.simulate import _blocknormal as BN
+from theory.ssi.sgd import _blocknormal as BN
 
 HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
 
@@ -511,7 +511,7 @@ def reduced_chunk(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta
     encoding directions) of each student row; rr (R,) = norm of the rest (||c||^2 + rr^2 = 1).
     alpha (n, L, 1 + k), beta (n, L) standard normals (alpha[:, :, 0] = z*), chi (n, R)
     chi-square(d - k - 2) variables, Y (n, k_out) targets, h = gamma / d.
-    See ``theory.simulate.reduced`` for the derivation.  Returns (first recovery index or -1,
+    See ``theory.ssi.sgd.reduced`` for the derivation.  Returns (first recovery index or -1,
     sum of losses).
     """
     n = alpha.shape[0]
@@ -615,7 +615,7 @@ def reduced_chunk_numpy(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untie
 
 # =========================================================================== fast full-d kernel
 # The same SGD step as ``_full_step`` with (i) the token rows drawn by the SIMD block generator
-# of ``theory.simulate._blocknormal`` (xoshiro256** lanes + 2048-layer ziggurat, exact N(0, 1)),
+# of ``theory.ssi.sgd._blocknormal`` (xoshiro256** lanes + 2048-layer ziggurat, exact N(0, 1)),
 # (ii) every pass over a d-vector written as a single vectorisable loop (fastmath "reassoc" /
 # "contract" on those loops only: sums in a different order, NaN/inf semantics kept), (iii) the
 # update fused with the norm and frame overlaps (one pass over w per step for L = 2 and at most

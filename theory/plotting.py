@@ -1,9 +1,9 @@
 """Figures: theory lines over simulation points.
 
-Shared pieces live here; each area has its own module (``theory.plots.erm``,
-``theory.plots.sgd``, ``theory.plots.histogram``).  The one-call overlay for users:
+Shared pieces live here; each area has its own module (``theory.attention.figures.simulation``,
+``theory.ssi.figures.sgd``, ``theory.histogram.figures``).  The one-call overlay for users:
 
->>> from theory.plots import overlay
+>>> from theory.plotting import overlay
 >>> overlay(ax, theory_rows, sim_rows, x="alpha", y="eps_g")   # doctest: +SKIP
 
 ``theory_rows`` / ``sim_rows`` are result objects (anything with ``row()``/``to_dict()``) or

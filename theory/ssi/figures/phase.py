@@ -1,7 +1,7 @@
 """Figures of the SGD theory (spec sequence-single-index.md sections 4 and 6).
 
 * :func:`plot_phase_diagram` - the six regions of the (a, omega) diagram, the exact boundaries
-  of :func:`theory.models.ssi.boundaries` overlaid.
+  of :func:`theory.ssi.model.boundaries` overlaid.
 * :func:`plot_landscape` - R(e, m) on the disk for the spec-6 model with optional trajectories
   (ODE results, SGD results or dicts with ``e`` and ``m``).
 * :func:`plot_flatness` - R along e near the origin with and without positional encoding.
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from theory._util import atomic_savefig
-from theory.plots import use_agg
+from theory.plotting import use_agg
 
 REGION_COLORS = ("#4c72b0", "#8fb3e0", "#c44e52", "#55a868", "#dd8452", "#8c2d04")
 
@@ -31,12 +31,12 @@ def _plt():
 
 
 def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=25):
-    """Draw the region map of :func:`theory.models.ssi.phase_diagram` ``pdg``; overlay the
-    flip lines from :func:`theory.models.ssi.boundaries` on ``n_boundary`` values of a."""
+    """Draw the region map of :func:`theory.ssi.model.phase_diagram` ``pdg``; overlay the
+    flip lines from :func:`theory.ssi.model.boundaries` on ``n_boundary`` values of a."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     plt = _plt()
     own = ax is None
@@ -120,7 +120,7 @@ def plot_landscape(
     candidate minima marked; ``trajectories``: iterable of objects/dicts with ``e`` and ``m``
     arrays (ODE or SGD results; SGD ones drawn thin and semi-transparent when their
     ``metadata['method']`` mentions SGD)."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     plt = _plt()
     own = ax is None
@@ -186,7 +186,7 @@ FLAT_TARGET = "4/3 + He4(z1) + 2*He4(z2)"
 def flatness_curves(e_max=0.6, n=61, trace_norm="sqrtL"):
     """R(e, 0) - R(0, 0) along e with the encoding P_1 = -P_2, and R(0, m) - R(0, 0) along m
     (which is the same with and without encoding), for the spec-7 target, trace reduction."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     pe = ssi.AttentionModel(FLAT_TARGET, 2, pe="opposite", reduction="trace", trace_norm=trace_norm)
     nope = ssi.AttentionModel(FLAT_TARGET, 2, pe="none", reduction="trace", trace_norm=trace_norm)
@@ -242,7 +242,7 @@ def plot_flatness(path=None, trace_norm="sqrtL"):
 
 
 def _fig_phase(out_dir: Path, quick: bool):
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     t0 = time.time()
     n = 60 if quick else 200
@@ -267,7 +267,7 @@ def _fig_phase(out_dir: Path, quick: bool):
 
 
 def _fig_landscape(out_dir: Path, quick: bool):
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     a, om = 1.0, 0.67
     model = ssi.ps_model(a, om)

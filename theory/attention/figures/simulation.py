@@ -3,7 +3,7 @@
 ``FIGURES`` (the ``theory reproduce`` hook): ``"erm-omega03"``, ``"erm-phase-diagram"``,
 ``"erm-d-scaling"``; each ``fn(out_dir, quick) -> dict(files=[...], numbers=[...])``.
 
-Simulations: :func:`theory.simulate.erm_gd.simulate_gd` (L-BFGS on the same empirical risk as
+Simulations: :func:`theory.attention.finite_d.gd.simulate_gd` (L-BFGS on the same empirical risk as
 gradient descent by default in figures: it reaches the minimiser of the basin of the
 initialisation in ~50 iterations instead of several thousand GD steps; ``sim_method="gd"``
 switches to plain GD).  The empirical global minimiser of a seed is the initialisation
@@ -11,7 +11,7 @@ switches to plain GD).  The empirical global minimiser of a seed is the initiali
 Every finished run is appended to ``<out_dir>/erm-sim-cache.jsonl`` and reused, so an
 interrupted full-size run resumes.
 
-Theory: :func:`theory.models.positional_semantic.fixed_point` (E1's state equations), followed
+Theory: :func:`theory.attention.model.fixed_point` (E1's state equations), followed
 in alpha by warm starts; alpha_c = root of eps_t(semantic) - eps_t(positional) and alpha_l =
 where the global minimiser's eps_g crosses the linear baseline (closed form, spec §5), both by
 ``positional_semantic.transition`` (bracket + Brent) with the default split rule.
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from theory._util import atomic_savefig
-from theory.plots import mean_and_sem, use_agg
+from theory.plotting import mean_and_sem, use_agg
 
 SIGMA, LAM = 0.5, 0.01
 CACHE_NAME = "erm-sim-cache-v2.jsonl"  # v2: teacher normalised to |Q*|^2 = d
@@ -94,7 +94,7 @@ def run_sims(
 
     Rows carry the result's scalar fields plus ``method``, ``sigma``, ``lam``.
     """
-    from theory.simulate.erm_gd import make_problem, simulate_gd
+    from theory.attention.finite_d.gd import make_problem, simulate_gd
 
     cache = cache or SimCache(None)
     points = list(points)
@@ -238,7 +238,7 @@ def theory_curve(alphas, omega, branch, *, sigma=SIGMA, lam=LAM, warm=False, **k
     Points whose solver did not converge or whose branch label differs from ``branch`` are
     kept with their status/branch so the caller can drop them.
     """
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     cache = kw.pop("cache", None)
     rule = kw.get("rule")
@@ -304,7 +304,7 @@ def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, exact=True, transi
     """Theory curves of both branches along ``alphas`` and (α_c, α_l).
 
     With ``exact`` (default) α_c and α_l are the roots found by
-    :func:`theory.models.positional_semantic.transition` (bracket + Brent to 1e-4, started at the
+    :func:`theory.attention.model.transition` (bracket + Brent to 1e-4, started at the
     crossing of the interpolated curves; ``transition_kw`` go to it, e.g. a quadrature rule);
     otherwise, or if that fails, the crossings of the piecewise-linear interpolation on
     ``alphas``.  ``cache=TheoryCache(path)`` reuses fixed points already on disk."""
@@ -323,7 +323,7 @@ def theory_transition(alphas, omega, *, sigma=SIGMA, lam=LAM, exact=True, transi
     alpha_l = crossing([g["alpha"] for g in glob], [g["eps_g"] - lin for g in glob])
     how = "interpolated"
     if exact:
-        from theory.models import positional_semantic as ps
+        from theory.attention import model as ps
 
         t = ps.transition(
             ps.ERMParams(sigma=sigma, lam=lam, omega=omega),
@@ -375,7 +375,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     th_err = None
     tkw = None
     if theory_nodes is not None:
-        from theory.models import positional_semantic as ps
+        from theory.attention import model as ps
 
         tkw = dict(rule=ps.make_rule("split", theory_nodes))
     try:
@@ -556,7 +556,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     mean, _ = simulated_delta_eps_t(alphas, omegas, d, seeds, cache_path=out_dir / CACHE_NAME)
     kw = dict(nodes=theory_nodes) if theory_nodes is not None else {}
     lines, th_err, skipped = [], None, []
-    from theory.models import positional_semantic as ps
+    from theory.attention import model as ps
 
     t_th = time.perf_counter()
     try:

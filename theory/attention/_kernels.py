@@ -12,7 +12,7 @@ The proximal objective at a node is  f(x) = |x - w|² / (2V) + ℓ(x; t)  (non-c
 run a safeguarded Newton method (eigenvalue-shifted Hessian + Armijo backtracking) from several
 starts — w itself, the two zero-loss points ±x*(t), their midpoints with w, w/2, and the
 projections of w on the valleys x1 = 0, x2 = 0, x1 = x2 — and keep the lowest value.  The prox
-has a scipy reference in ``theory.models.positional_semantic.prox_reference`` and the loss a
+has a scipy reference in ``theory.attention.model.prox_reference`` and the loss a
 full-matrix numpy reference (``loss_full``), both used in the tests.
 """
 

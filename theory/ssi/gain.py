@@ -23,7 +23,7 @@ ONE function R(a) for both networks and
 
     R(a) = const - 2 sum_j mu_j <C_j(g), a^(x)j>,     mu_j = E[sigma(u) He_j(u)]
 
-(Parseval, spec section 4).  The ODE of ``theory.models.ssi`` (t = gamma nu / d) reads, near 0,
+(Parseval, spec section 4).  The ODE of ``theory.ssi.model`` (t = gamma nu / d) reads, near 0,
 
     tied:     dm/dt   = -dR/dm - (gamma/2) K m,          K   = E sum_l (dl/dz_l)^2,
     untied:   dm_l/dt = -dR/dm_l - (gamma/2) K_l m_l,    K_l = E (dl/dz_l)^2 = K / L at m = 0,
@@ -73,7 +73,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import digamma
 
 from theory._util import as_rng, check_positive
-from theory.simulate._sgd_kernels import act_deriv, act_value
+from theory.ssi.sgd._kernels import act_deriv, act_value
 
 __all__ = [
     "gain_curve",
@@ -103,7 +103,7 @@ F_STAR = -math.log1p(-X_STAR) / X_STAR**2
 
 def family_target(target, L: int):
     """The sympy expression of ``target`` for sequence length ``L`` (see the module docstring)."""
-    from theory.hermite import parse_target
+    from theory.ssi.hermite import parse_target
 
     L = int(L)
     zs = [sp.Symbol(f"z{i + 1}", real=True) for i in range(L)]
@@ -126,10 +126,10 @@ def drift_constants(expr, L: int, activation: str = "relu") -> dict:
 
     Returns sie, mu_k = E[sigma(u) He_k(u)], tied_contraction, op_norm, A_tied (signed),
     A_untied (>= 0, best direction), K_tied = K(0) of the tied network, K_row = K_l(0) of one
-    untied row (from ``theory.models.ssi``'s noise term), and ``tied_escapes`` (False when the
+    untied row (from ``theory.ssi.model``'s noise term), and ``tied_escapes`` (False when the
     tied drift vanishes or, for even SIE, points inwards)."""
-    from theory.hermite import analyze
-    from theory.models import ssi
+    from theory.ssi import model as ssi
+    from theory.ssi.hermite import analyze
 
     L = int(L)
     rep = analyze(expr, L)
@@ -262,9 +262,9 @@ def typical_start(d: float, rows: int) -> float:
 
 
 def ode_escape_steps(model, lr: float, d: float, eta: float, m0: float | None = None) -> float:
-    """Weak-recovery steps nu of the package's ODE (``theory.models.ssi.integrate_ode``) for one
+    """Weak-recovery steps nu of the package's ODE (``theory.ssi.model.integrate_ode``) for one
     step size (inf when stuck).  m0: per-row start (default 1/sqrt(d))."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     res = ssi.integrate_ode(model, lr, d, m0=m0, eta=eta)
     return math.inf if res.steps_escape is None else float(res.steps_escape)
@@ -307,7 +307,7 @@ def ode_gains(
     """Gains of the full ODE: ``gain_equal_ode`` (both at ``lr``) and ``gain_optimal_ode``
     (each network at its ODE-optimal step size, :func:`ode_optimal`).  start: "fixed" (every row
     at m0 = 1/sqrt(d)) or "typical" (:func:`typical_start`, matching random starts)."""
-    from theory.models import ssi
+    from theory.ssi import model as ssi
 
     if start not in ("fixed", "typical"):
         raise ValueError("start must be 'fixed' or 'typical'")
@@ -356,7 +356,7 @@ def flat_chunk(c, r, alpha, beta, chi, Y, h, act, eta2):
 
     W in R^{L x d} on one sphere of radius sqrt(L d); c (L,) = coordinates of W/sqrt(L d) along
     the orthonormal directions e_l (x) w*/sqrt(d) (c_l = m_l / sqrt(L), |c| = m_untied), r (1,)
-    the norm of the rest.  Per step (same derivation as ``theory.simulate.reduced`` with the
+    the norm of the rest.  Per step (same derivation as ``theory.ssi.sgd.reduced`` with the
     frame of the L teacher directions of R^{L d}): z* = alpha (n, L), u = c.alpha + r beta,
     delta = 2 (sigma(u) - y) sigma'(u), c' = c - h delta alpha, r' = r - h delta beta,
     rest^2 = h^2 delta^2 chi, chi ~ chi^2(L d - L - 1), h = gamma / (L d), renormalise.
@@ -392,7 +392,7 @@ def flat_chunk(c, r, alpha, beta, chi, Y, h, act, eta2):
 
 def flat_chunk_numpy(c, r, alpha, beta, chi, Y, h, act, eta2):
     """Plain numpy reference of :func:`flat_chunk` (same in-place semantics)."""
-    from theory.simulate._sgd_kernels import act_numpy
+    from theory.ssi.sgd._kernels import act_numpy
 
     hit, loss_sum = -1, 0.0
     for t in range(alpha.shape[0]):
@@ -427,8 +427,8 @@ def simulate_flat_untied(
     """Escape step of the flattened untied network (exact reduced chain, :func:`flat_chunk`)
     from a uniformly random start on the sphere of R^{L d}: returns the first step with
     m_untied = ||W w*/d|| / sqrt(L) >= eta, or None within ``max_steps``."""
-    from theory.simulate._sgd_kernels import ACTIVATIONS
-    from theory.simulate.sgd import _target_callable
+    from theory.ssi.sgd._kernels import ACTIVATIONS
+    from theory.ssi.sgd.simulate import _target_callable
 
     L, d = int(L), int(d)
     if d < 3:
@@ -532,7 +532,7 @@ def _summarise(nu_list, max_steps):
 
 
 def _escape_stats(spec, d, lr, seeds, eta, max_steps, workers, progress, out=None):
-    from theory.simulate.sgd import simulate_seeds
+    from theory.ssi.sgd.simulate import simulate_seeds
 
     res = simulate_seeds(
         spec,
@@ -604,7 +604,7 @@ def gain_curve(
     """Rows (one per L) with the predicted and (optionally) simulated tied/untied gain.
 
     Row fields: L, target, sie, tied_contraction, op_norm, gain_optimal, gain_equal (the spec's
-    formulas, ``theory.hermite.analyze``), gain_predicted (one of these by ``step_rule``);
+    formulas, ``theory.ssi.hermite.analyze``), gain_predicted (one of these by ``step_rule``);
     the closed form of the package's ODE (module docstring): gain_optimal_closed,
     gain_equal_closed, A_tied, A_untied, K_tied, K_row, lr_opt_*_closed, nu_*_closed; with
     ``ode=True`` the full ODE: gain_optimal_ode, gain_equal_ode, lr_opt_tied_ode,
@@ -620,8 +620,8 @@ def gain_curve(
     cache_dir: if given, every finished SGD run is appended to a JSON-lines file there (keyed by
     all parameters) and not re-run: an interrupted curve resumes.
     """
-    from theory.hermite import analyze
-    from theory.simulate.sgd import SimSpec
+    from theory.ssi.hermite import analyze
+    from theory.ssi.sgd.simulate import SimSpec
 
     if step_rule not in ("equal", "optimal"):
         raise ValueError(f"step_rule must be 'equal' or 'optimal', got {step_rule!r}")

@@ -1,0 +1,2 @@
+"""Paper 1 (Cui, Behrens, Krzakala, Zdeborova): positional vs semantic learning in a tied
+low-rank dot-product attention layer, by empirical risk minimisation."""

@@ -1,0 +1,1 @@
+"""Figures of the attention model: theory over finite-d simulation."""

@@ -1,0 +1,1 @@
+"""The finite-d side of the attention model: data, gradient descent, GAMP."""

@@ -1,0 +1,1 @@
+"""The histogram counting task: one attention layer that counts token occurrences."""
