@@ -32,6 +32,7 @@ import numba
 import numpy as np
 import sympy as sp
 
+from theory.rng import xoshiro_state
 from theory.ssi.sgd import _blocknormal as _BN
 from theory.ssi.sgd.reduced import simulate_reduced
 from theory.ssi.sgd.simulate import SimSpec, ps_matrix, simulate_sgd
@@ -116,7 +117,7 @@ def floor_row(d, L=2):
     g = np.random.default_rng(0)
     buf = np.empty(n)
     t_np = tmin(lambda: g.standard_normal(out=buf))
-    st = K.seed_state(1)
+    st = xoshiro_state(1)
     K.fill_normals(st, buf)
     t_sc = tmin(lambda: K.fill_normals(st, buf))
     S, s = BN.seed_block_state(2)
@@ -146,7 +147,7 @@ def floor_row(d, L=2):
     def fast():
         K.full_chunk_fast(W, us, Qp, B, S, s, zs, Y, LR, 0, Rm, 0, False, np.inf, C)
 
-    st2 = K.seed_state(4)
+    st2 = xoshiro_state(4)
 
     def old():
         K.full_chunk_rng(W, us, Qp, B, st2, zs, Y, LR, 0, Rm, 0, False, np.inf, C)

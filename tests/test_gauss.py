@@ -320,7 +320,8 @@ def test_mc_parallel_kernel_identical_to_serial():
 def test_numba_mc_kernel_equals_numpy_replica():
     # the numba estimator reproduced step by step in numpy (same xoshiro256** + Box-Muller
     # stream per chunk of 2^15 samples): identical sums, spanning two chunks
-    from theory.gauss import _MC_CHUNK, _mc_kernel_scalar_serial, mc_normals_numpy_reference
+    from theory.gauss import _MC_CHUNK, _mc_kernel_scalar_serial
+    from theory.rng import normals_reference
 
     C = np.array([[1.0, 0.4, 0.0], [0.4, 1.0, 0.2], [0.0, 0.2, 0.5]])
     mu = np.array([0.1, -0.2, 0.3])
@@ -330,7 +331,7 @@ def test_numba_mc_kernel_equals_numpy_replica():
     vals = []
     for c in range(2):
         m = min(_MC_CHUNK, n - c * _MC_CHUNK)
-        u = mc_normals_numpy_reference(seed, c, m * 3).reshape(m, 3)
+        u = normals_reference(seed, c, m * 3).reshape(m, 3)
         vals.append(_smooth_vec(mu + u @ R.T))
     vals = np.concatenate(vals)
     shift = float(_smooth_jit(mu.copy()))
@@ -344,10 +345,10 @@ def test_ziggurat_normals_distribution():
     # tail mass beyond the ziggurat base R = 3.4426 (the separate tail sampler)
     from scipy import stats
 
-    from theory.gauss import _normals, _xoshiro_seed
+    from theory.rng import normals, xoshiro_seed
 
     b = np.empty(2 * 10**6)
-    _normals(_xoshiro_seed(2024, 0), b)
+    normals(xoshiro_seed(2024, 0), b)
     n = b.size
     assert abs(b.mean()) < NSIG / math.sqrt(n)
     assert abs(b.var() - 1) < NSIG * math.sqrt(2 / n)

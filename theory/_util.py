@@ -1,34 +1,13 @@
-"""Small shared helpers: RNG handling, input validation, atomic file writes, range parsing."""
+"""Small shared helpers: input validation, atomic file writes, range parsing, JSON."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-
-
-def as_rng(rng=None) -> np.random.Generator:
-    """Return a ``numpy.random.Generator`` from a Generator, an int seed or a SeedSequence.
-
-    ``None`` is rejected on purpose: every random draw in this package flows from an explicit
-    seed.  Pass ``rng=0`` (or any integer) for a reproducible stream.
-    """
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if rng is None:
-        raise ValueError("a random seed is required: pass rng=<int> or a numpy Generator")
-    if isinstance(rng, (int, np.integer, np.random.SeedSequence)):
-        return np.random.default_rng(rng)
-    raise ValueError(f"rng must be an int seed or a numpy Generator, got {type(rng).__name__}")
-
-
-def seed_int(rng) -> int:
-    """Draw a 63-bit integer seed (for numba kernels) from ``rng``."""
-    return int(as_rng(rng).integers(0, 2**63 - 1))
 
 
 def check_positive(name: str, value: float, *, strict: bool = True) -> float:
@@ -150,7 +129,3 @@ def to_jsonable(obj):
 
 def dumps_json(obj) -> str:
     return json.dumps(to_jsonable(obj), allow_nan=False)
-
-
-def flatten(items: Iterable) -> list:
-    return [x for sub in items for x in sub]

@@ -12,9 +12,9 @@ Three estimators behind one call, :func:`expect`:
 ``"mc"``   plain Monte Carlo with ``n`` samples and the standard error.  When ``f`` is a numba
            ``@njit`` function of one vector ``z`` (shape ``(dim,)``) returning a float or a 1-D
            array, samples are drawn and reduced inside a numba kernel without storing them:
-           xoshiro256** + ziggurat normals, seeded per chunk of 2^15 samples from (seed, chunk),
-           so serial and ``parallel=True`` runs give identical numbers
-           (:func:`mc_normals_numpy_reference` replicates the stream in pure Python).
+           xoshiro256** + ziggurat normals from :mod:`theory.rng`, seeded per chunk of 2^15
+           samples from (seed, chunk), so serial and ``parallel=True`` runs give identical
+           numbers (:func:`theory.rng.normals_reference` replicates the stream in pure Python).
            Otherwise ``f`` is evaluated vectorised on chunks of ``(chunk, dim)`` numpy samples
            (:func:`expect_mc_numpy_reference`, the baseline of the benchmark).
 
@@ -35,7 +35,7 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import qmc as _qmc
 
-from theory._util import as_rng, seed_int
+from theory.rng import as_rng, normals, seed_int, xoshiro_seed
 
 METHODS = ("auto", "gh", "qmc", "mc")
 
@@ -242,100 +242,6 @@ def _expect_mc_numpy(f, mean, root, n, rng, chunk=2**16):
 _MC_CHUNK = 2**15
 _BLOCK = 512  # samples whose normals are generated in one Box-Muller block
 
-# Random numbers of the numba MC path: xoshiro256** (Blackman & Vigna), seeded per chunk through
-# splitmix64 from (seed, chunk index); normals by the ziggurat method (Marsaglia & Tsang 2000 in
-# Doornik's 2005 form).  About 4x faster than numba's np.random.standard_normal, and the stream
-# of a chunk does not depend on the thread that runs it.
-_U64 = np.uint64
-
-
-@numba.njit(cache=True, inline="always")
-def _rotl(x, k):
-    return (x << _U64(k)) | (x >> _U64(64 - k))
-
-
-@numba.njit(cache=True)
-def _xoshiro_seed(seed, chunk):
-    st = np.empty(4, dtype=np.uint64)
-    x = _U64(seed) ^ (_U64(chunk) * _U64(0xD1342543DE82EF95))
-    for i in range(4):
-        x = x + _U64(0x9E3779B97F4A7C15)
-        z = x
-        z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
-        st[i] = z ^ (z >> _U64(31))
-    return st
-
-
-@numba.njit(cache=True, inline="always")
-def _xoshiro_next(st):
-    """Next 64-bit output of xoshiro256** (state ``st``: 4 uint64, updated in place)."""
-    r = _rotl(st[1] * _U64(5), 7) * _U64(9)
-    t = st[1] << _U64(17)
-    st[2] ^= st[0]
-    st[3] ^= st[1]
-    st[1] ^= st[2]
-    st[0] ^= st[3]
-    st[2] ^= t
-    st[3] = _rotl(st[3], 45)
-    return r
-
-
-@numba.njit(cache=True, inline="always")
-def _xoshiro_uniform(st):
-    """Uniform in (0, 1) (never 0 or 1): the top 53 bits of the next output."""
-    return (float(_xoshiro_next(st) >> _U64(11)) + 0.5) * (1.0 / 9007199254740992.0)
-
-
-def _zig_tables(C=128, R=3.442619855899, V=9.91256303526217e-3):
-    """Ziggurat tables of Doornik (2005), "An improved ziggurat method" (ZIGNOR)."""
-    X = np.zeros(C + 1)
-    f = math.exp(-0.5 * R * R)
-    X[0] = V / f
-    X[1] = R
-    for i in range(2, C):
-        X[i] = math.sqrt(-2.0 * math.log(V / X[i - 1] + f))
-        f = math.exp(-0.5 * X[i] * X[i])
-    X[C] = 0.0
-    return X, X[1:] / X[:-1]
-
-
-_ZIG_R = 3.442619855899
-_ZIG_X, _ZIG_RATIO = _zig_tables()
-
-
-@numba.njit(cache=True, inline="always")
-def _normal(st):
-    """One standard normal: ziggurat (128 layers) on xoshiro256**.
-
-    Bits: the top 53 bits of one output give u in (-1, 1), its low 7 bits the layer (disjoint
-    bits); the rare tail and wedge steps draw further uniforms.
-    """
-    while True:
-        r = _xoshiro_next(st)
-        i = int(r & _U64(0x7F))
-        u = 2.0 * ((float(r >> _U64(11)) + 0.5) * (1.0 / 9007199254740992.0)) - 1.0
-        if abs(u) < _ZIG_RATIO[i]:
-            return u * _ZIG_X[i]
-        if i == 0:  # base strip: sample the tail beyond R (Marsaglia 1964)
-            while True:
-                x = math.log(_xoshiro_uniform(st)) / _ZIG_R
-                y = math.log(_xoshiro_uniform(st))
-                if -2.0 * y >= x * x:
-                    return x - _ZIG_R if u < 0 else _ZIG_R - x
-        x = u * _ZIG_X[i]
-        f0 = math.exp(-0.5 * (_ZIG_X[i] * _ZIG_X[i] - x * x))
-        f1 = math.exp(-0.5 * (_ZIG_X[i + 1] * _ZIG_X[i + 1] - x * x))
-        if f1 + _xoshiro_uniform(st) * (f0 - f1) < 1.0:
-            return x
-
-
-@numba.njit(cache=True)
-def _normals(st, buf):
-    """Fill ``buf`` with standard normals."""
-    for i in range(buf.shape[0]):
-        buf[i] = _normal(st)
-
 
 @numba.njit(cache=True, inline="always")
 def _affine(mean, root, buf, off, z):
@@ -349,7 +255,7 @@ def _affine(mean, root, buf, off, z):
 
 @numba.njit(cache=True, inline="always")
 def _chunk_scalar(f, mean, root, n, seed, shift, c):
-    st = _xoshiro_seed(seed, c)
+    st = xoshiro_seed(seed, c)
     dim = mean.shape[0]
     buf = np.empty(_BLOCK * dim)
     z = np.empty(dim)
@@ -358,7 +264,7 @@ def _chunk_scalar(f, mean, root, n, seed, shift, c):
     s = 0.0
     s2 = 0.0
     for b0 in range(lo, hi, _BLOCK):
-        _normals(st, buf)
+        normals(st, buf)
         for i in range(min(_BLOCK, hi - b0)):
             _affine(mean, root, buf, i * dim, z)
             v = f(z) - shift
@@ -369,14 +275,14 @@ def _chunk_scalar(f, mean, root, n, seed, shift, c):
 
 @numba.njit(cache=True, inline="always")
 def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
-    st = _xoshiro_seed(seed, c)
+    st = xoshiro_seed(seed, c)
     dim = mean.shape[0]
     buf = np.empty(_BLOCK * dim)
     z = np.empty(dim)
     lo = c * _MC_CHUNK
     hi = min(n, lo + _MC_CHUNK)
     for b0 in range(lo, hi, _BLOCK):
-        _normals(st, buf)
+        normals(st, buf)
         for i in range(min(_BLOCK, hi - b0)):
             _affine(mean, root, buf, i * dim, z)
             v = f(z)
@@ -384,73 +290,6 @@ def _chunk_vector(f, mean, root, n, seed, shift, c, out, out2):
                 d = v[q] - shift[q]
                 out[q] += d
                 out2[q] += d * d
-
-
-_MASK64 = (1 << 64) - 1
-
-
-def splitmix64_py(x: int, count: int) -> list[int]:
-    """``count`` outputs of splitmix64 from state ``x`` (pure Python; seeds xoshiro256**)."""
-    out = []
-    x &= _MASK64
-    for _ in range(count):
-        x = (x + 0x9E3779B97F4A7C15) & _MASK64
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        out.append(z ^ (z >> 31))
-    return out
-
-
-def xoshiro256ss_next_py(st: list[int]) -> int:
-    """One xoshiro256** output; advances the 4-word state list ``st`` in place (pure Python)."""
-
-    def rotl(x, k):
-        return ((x << k) | (x >> (64 - k))) & _MASK64
-
-    r = (rotl((st[1] * 5) & _MASK64, 7) * 9) & _MASK64
-    t = (st[1] << 17) & _MASK64
-    st[2] ^= st[0]
-    st[3] ^= st[1]
-    st[1] ^= st[2]
-    st[0] ^= st[3]
-    st[2] ^= t
-    st[3] = rotl(st[3], 45)
-    return r
-
-
-def mc_normals_numpy_reference(seed: int, chunk: int, count: int) -> np.ndarray:
-    """Pure-Python replica of the numba generator (xoshiro256** + ziggurat) for tests."""
-    st = splitmix64_py(int(seed) ^ (int(chunk) * 0xD1342543DE82EF95), 4)
-
-    def nxt():
-        return xoshiro256ss_next_py(st)
-
-    def uni():
-        return ((nxt() >> 11) + 0.5) / 9007199254740992.0
-
-    X, ratio = _ZIG_X, _ZIG_RATIO
-
-    def normal():
-        while True:
-            r = nxt()
-            i = r & 0x7F
-            u = 2.0 * (((r >> 11) + 0.5) / 9007199254740992.0) - 1.0
-            if abs(u) < ratio[i]:
-                return u * X[i]
-            if i == 0:
-                while True:
-                    xx = math.log(uni()) / _ZIG_R
-                    y = math.log(uni())
-                    if -2.0 * y >= xx * xx:
-                        return xx - _ZIG_R if u < 0 else _ZIG_R - xx
-            xx = u * X[i]
-            f0 = math.exp(-0.5 * (X[i] * X[i] - xx * xx))
-            f1 = math.exp(-0.5 * (X[i + 1] * X[i + 1] - xx * xx))
-            if f1 + uni() * (f0 - f1) < 1.0:
-                return xx
-
-    return np.array([normal() for _ in range(count)])
 
 
 @numba.njit(cache=True)

@@ -1,22 +1,64 @@
-"""Result objects shared by theory and simulation.
+"""The result contract shared by theory and simulation.
 
-Every solver returns a frozen dataclass that subclasses :class:`Result`: the named order
-parameters as fields, plus ``status`` ("converged", "max_iter", "nan", "diverged", or "ok" for a
-direct computation), ``message``, ``history``, ``params`` (the inputs) and ``metadata`` (method,
-nodes, tolerance, package version).  Theory and simulation of the same model use the same field
-names so overlaying them is one call.
+Every public computation returns a frozen dataclass that subclasses :class:`Result`:
+
+* the named quantities it computed, as fields.  Theory and simulation of one model use the same
+  names (``alpha, q, m, theta, eps_t, eps_g`` for the attention model; ``t, steps, e, m, risk``
+  for SGD), and an estimate with an error bar carries it in ``<field>_err``, so overlaying a
+  theory curve on simulation points is one call (:func:`theory.plotting.overlay`);
+* ``status``: ``"converged"`` / ``"ok"`` (a direct computation), or why not: ``"max_iter"``,
+  ``"nan"``, ``"diverged"``.  A computation that did not converge says so here and in
+  ``message``; it never returns a silent number;
+* ``history``: one shape everywhere -- a dict of numpy arrays that share their first axis (the
+  iteration, epoch or record index), e.g. ``{"iteration": (n,), "q": (n,), "residual": (n,)}``;
+  ``None`` when not kept.  :func:`as_history` builds it from rows or columns;
+* ``params`` (the inputs) and ``metadata`` (method, nodes, tolerance, package ``version``).
+
+``to_dict()`` gives JSON-ready values and ``row()`` one tidy table row (the scalar fields plus
+the params).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from theory import __version__
 from theory._util import to_jsonable
 
 STATUSES = ("converged", "max_iter", "nan", "diverged", "ok")
+
+__all__ = ["STATUSES", "Result", "as_history"]
+
+
+def as_history(history) -> dict[str, np.ndarray] | None:
+    """The one history shape: a dict of arrays with a common first axis.
+
+    Accepts ``None``, a dict of columns (lists or arrays; a ``None`` column is dropped), or a
+    sequence of row dicts (a key missing from a row becomes NaN).
+    """
+    if history is None:
+        return None
+    if isinstance(history, Mapping):
+        cols = {str(k): np.asarray(v) for k, v in history.items() if v is not None}
+    else:
+        rows = list(history)
+        if not rows:
+            return {}
+        if not all(isinstance(r, Mapping) for r in rows):
+            raise ValueError("a history is a dict of columns or a list of row dicts")
+        names = list(dict.fromkeys(k for r in rows for k in r))
+        cols = {str(k): np.asarray([r.get(k, math.nan) for r in rows]) for k in names}
+    lengths = {v.shape[0] if v.ndim else None for v in cols.values()}
+    if None in lengths or len(lengths) > 1:
+        shapes = {k: v.shape for k, v in cols.items()}
+        raise ValueError(f"history columns must share their first axis, got shapes {shapes}")
+    return cols
 
 
 @dataclass(frozen=True)
@@ -30,12 +72,9 @@ class Result:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        object.__setattr__(self, "history", as_history(self.history))
         if "version" not in self.metadata:
-            # frozen: mutate the dict in place (it is ours, created per instance or passed in)
-            try:
-                self.metadata["version"] = __version__
-            except TypeError:
-                pass
+            self.metadata["version"] = __version__
 
     @property
     def converged(self) -> bool:

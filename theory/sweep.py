@@ -30,21 +30,16 @@ the point's identifying parameters, used to recognise finished points on resume)
 from __future__ import annotations
 
 import concurrent.futures as cf
-import csv
-import io
 import itertools
-import json
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 
 import numpy as np
 
 from theory._util import parse_range, to_jsonable
-
-KEY_COLUMN = "_key"
+from theory.store import KEY_COLUMN, ResultTable, point_key, read_table
 
 __all__ = [
     "run_sweep",
@@ -103,215 +98,6 @@ def expand_grid(grid) -> list[dict]:
             if k == KEY_COLUMN:
                 raise ValueError(f"{KEY_COLUMN!r} is reserved for the table; rename the parameter")
     return points
-
-
-def point_key(point: Mapping, key=None) -> str:
-    """The identity of a point in the table: canonical JSON of its identifying parameters.
-
-    ``key`` is ``None`` (all parameters), a sequence of parameter names, or a callable
-    ``point -> str``.
-    """
-    if callable(key):
-        return str(key(dict(point)))
-    if key is None:
-        sub = point
-    else:
-        names = [key] if isinstance(key, str) else list(key)
-        missing = [n for n in names if n not in point]
-        if missing:
-            raise ValueError(f"key names {missing} are not parameters of the grid point {point}")
-        sub = {n: point[n] for n in names}
-    return json.dumps(_canonical(to_jsonable(dict(sub))), sort_keys=True, separators=(",", ":"))
-
-
-def _canonical(v):
-    """Floats rounded to 12 significant digits, so 0.1 + 0.1 and 0.2 name the same point
-    (``--alphas 0.1:0.3:3`` and ``--alphas 0.1,0.2,0.3`` share their table rows)."""
-    if isinstance(v, float):
-        return float(f"{v:.12g}")
-    if isinstance(v, dict):
-        return {k: _canonical(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_canonical(x) for x in v]
-    return v
-
-
-# --------------------------------------------------------------------------------------------
-# the append-only table
-# --------------------------------------------------------------------------------------------
-def _cell(v) -> str:
-    """A CSV cell: numbers by repr (round-trip exact), None empty, containers as JSON."""
-    v = to_jsonable(v)
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, dict)):
-        return json.dumps(v, separators=(",", ":"))
-    return str(v)
-
-
-def _parse_cell(s: str):
-    """Inverse of :func:`_cell` (best effort: strings that look like numbers become numbers)."""
-    if s == "":
-        return None
-    if s == "true":
-        return True
-    if s == "false":
-        return False
-    try:
-        return int(s)
-    except ValueError:
-        pass
-    try:
-        return float(s)
-    except ValueError:
-        pass
-    if s[:1] in "[{":
-        try:
-            return json.loads(s)
-        except ValueError:
-            pass
-    return s
-
-
-class ResultTable:
-    """An append-only result table (``.csv`` or ``.jsonl``/``.json``/``.ndjson``).
-
-    Every appended row is one line written with a single ``os.write`` on an ``O_APPEND``
-    descriptor and fsync'd.  A partial trailing line (a writer killed mid-write) is dropped by
-    :meth:`repair` before the next append.
-    """
-
-    def __init__(self, path):
-        self.path = Path(path)
-        suf = self.path.suffix.lower()
-        if suf == ".csv":
-            self.format = "csv"
-        elif suf in (".jsonl", ".ndjson", ".json"):
-            self.format = "jsonl"
-        else:
-            raise ValueError(
-                f"cannot tell the table format from {self.path.name!r}: use a .csv or .jsonl file"
-            )
-        self.columns: list[str] | None = None
-
-    # -- reading ----------------------------------------------------------------------------
-    def _complete_text(self) -> str:
-        if not self.path.exists():
-            return ""
-        data = self.path.read_bytes()
-        cut = data.rfind(b"\n")
-        return data[: cut + 1].decode("utf-8") if cut >= 0 else ""
-
-    def read(self) -> list[dict]:
-        """All complete rows (a partial trailing line is ignored)."""
-        text = self._complete_text()
-        if not text:
-            return []
-        if self.format == "jsonl":
-            rows = []
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    continue  # a corrupt line (should not happen: lines are written whole)
-                if isinstance(obj, dict):
-                    rows.append(obj)
-            return rows
-        reader = csv.reader(io.StringIO(text, newline=""))
-        try:
-            header = next(reader)
-        except StopIteration:
-            return []
-        self.columns = header
-        rows = []
-        for rec in reader:
-            if len(rec) != len(header):
-                continue
-            rows.append(
-                {h: (c if h == KEY_COLUMN else _parse_cell(c)) for h, c in zip(header, rec)}
-            )
-        return rows
-
-    # -- writing ----------------------------------------------------------------------------
-    def repair(self) -> None:
-        """Drop a partial trailing line left by a killed writer."""
-        if not self.path.exists():
-            return
-        size = self.path.stat().st_size
-        if size == 0:
-            return
-        with open(self.path, "rb+") as fh:
-            data = fh.read()
-            if data.endswith(b"\n"):
-                return
-            cut = data.rfind(b"\n")
-            fh.truncate(cut + 1 if cut >= 0 else 0)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def _append_bytes(self, data: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:  # one write in practice; loop only guards against short writes
-                n = os.write(fd, view)
-                view = view[n:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def append(self, row: Mapping) -> None:
-        row = to_jsonable(dict(row))
-        if self.format == "jsonl":
-            self._append_bytes((json.dumps(row, separators=(",", ":")) + "\n").encode())
-            return
-        if self.columns is None:
-            self.read()  # sets self.columns from the header of an existing table
-            if self.columns is None:  # new or empty file: header and row in one write
-                self.columns = list(row)
-                buf = io.StringIO()
-                w = csv.writer(buf, lineterminator="\n")
-                w.writerow(self.columns)
-                w.writerow([_cell(row.get(c)) for c in self.columns])
-                self._append_bytes(buf.getvalue().encode())
-                return
-        new = [c for c in row if c not in self.columns]
-        if new:
-            self._widen(new)
-        buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerow([_cell(row.get(c)) for c in self.columns])
-        self._append_bytes(buf.getvalue().encode())
-
-    def _widen(self, new_columns: list[str]) -> None:
-        """A row brought new columns: rewrite the CSV with the wider header, atomically."""
-        from theory._util import atomic_write_text
-
-        rows = self.read()
-        cols = [c for c in self.columns if c != KEY_COLUMN] + new_columns
-        if KEY_COLUMN in self.columns:
-            cols.append(KEY_COLUMN)
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols)
-        for r in rows:
-            w.writerow([_cell(r.get(c)) for c in cols])
-        atomic_write_text(self.path, buf.getvalue())
-        self.columns = cols
-
-
-def read_table(path) -> list[dict]:
-    """Read a sweep table (CSV or JSON lines) into a list of dicts, dropping the ``_key`` column."""
-    rows = ResultTable(path).read()
-    for r in rows:
-        r.pop(KEY_COLUMN, None)
-    return rows
 
 
 # --------------------------------------------------------------------------------------------

@@ -391,7 +391,7 @@ def make_rule(
     ``qmc``: ``nodes`` scrambled-Sobol points (default 2^16); ``mc``: ``nodes`` i.i.d. normals.
     """
     from theory import gauss
-    from theory._util import as_rng
+    from theory.rng import as_rng
 
     if method == "split":
         d = dict(SPLIT_DEFAULT)

@@ -45,8 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-from theory._util import as_rng, atomic_write_bytes
+from theory._util import atomic_write_bytes
 from theory.results import Result
+from theory.rng import as_rng
 
 ALPHABET = "ABCDEFGHIJKLMNO"
 L = 10  # sequence length

@@ -72,7 +72,8 @@ import sympy as sp
 from scipy.optimize import minimize_scalar
 from scipy.special import digamma
 
-from theory._util import as_rng, check_positive
+from theory._util import check_positive
+from theory.rng import as_rng
 from theory.ssi.sgd._kernels import act_deriv, act_value
 
 __all__ = [

@@ -80,9 +80,10 @@ import sympy as sp
 from scipy import integrate
 from scipy.optimize import brentq
 
-from theory._util import as_rng, check_positive, check_unit_interval
+from theory._util import check_positive, check_unit_interval
 from theory.gauss import gh_rule, gh_tensor, sobol_normal
 from theory.results import Result
+from theory.rng import as_rng
 from theory.ssi._kernels import (
     activation,
     attention_jac,

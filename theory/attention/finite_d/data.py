@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory._util import as_rng, check_positive, check_row_stochastic, check_unit_interval
+from theory._util import check_positive, check_row_stochastic, check_unit_interval
+from theory.rng import as_rng
 
 A_REF = np.array([[0.6, 0.4], [0.4, 0.6]])
 CHANNELS = ("exact", "effective")

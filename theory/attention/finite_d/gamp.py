@@ -64,7 +64,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory._util import as_rng
 from theory.attention import model as ps
 from theory.attention.finite_d.data import (
     CHANNELS,
@@ -76,6 +75,7 @@ from theory.attention.finite_d.data import (
 from theory.attention.finite_d.gd import FiniteDResult, evaluate, initial_weights, make_problem
 from theory.gauss import cov_root
 from theory.results import Result
+from theory.rng import as_rng
 
 # --------------------------------------------------------------------------- the prox
 

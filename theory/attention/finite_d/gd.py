@@ -404,7 +404,9 @@ def simulate_gd(
         method=method,
         status=status,
         message=msg,
-        history=dict(columns=["iteration", "eps_t", "grad_rms"], rows=trace.tolist()),
+        history=dict(
+            zip(("iteration", "eps_t", "grad_rms"), np.asarray(trace, float).reshape(-1, 3).T)
+        ),
         params=dict(
             alpha=float(alpha),
             omega=float(omega),

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory._util import as_rng
 from theory.attention.general.model import GeneralParams, as_params, attention, teacher_matrix
 from theory.results import Result
+from theory.rng import as_rng
 
 INITS = ("semantic", "positional", "random")
 

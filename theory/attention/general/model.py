@@ -122,8 +122,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from theory._util import as_rng, check_positive, check_row_stochastic, check_unit_interval
+from theory._util import check_positive, check_row_stochastic, check_unit_interval
 from theory.results import Result
+from theory.rng import as_rng
 
 BRANCHES = ("semantic", "positional", "free")
 KEYS = ("q", "m", "theta", "V")

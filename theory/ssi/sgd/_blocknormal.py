@@ -54,7 +54,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from theory.gauss import splitmix64_py, xoshiro256ss_next_py
+from theory.rng import splitmix64, xoshiro_next_py
 
 _U64 = np.uint64
 
@@ -321,14 +321,14 @@ def fill_block_normals(S, s, out):
 def seed_block_state(seed: int, nlanes: int = NLANES) -> tuple[np.ndarray, np.ndarray]:
     """(S (4, nlanes), s (4,)) uint64 states from an integer seed: consecutive splitmix64
     outputs (lane j gets outputs 4j..4j+3, the scalar state the last four)."""
-    arr = np.array(splitmix64_py(int(seed), 4 * nlanes + 4), dtype=np.uint64)
+    arr = np.array(splitmix64(int(seed), 4 * nlanes + 4), dtype=np.uint64)
     S = np.ascontiguousarray(arr[: 4 * nlanes].reshape(nlanes, 4).T)
     return S, arr[4 * nlanes :].copy()
 
 
 def block_normals_numpy_reference(seed: int, n: int, nlanes: int = NLANES) -> np.ndarray:
     """Pure-Python replay of ``fill_block_normals`` from ``seed_block_state(seed)`` (tests)."""
-    nxt = xoshiro256ss_next_py
+    nxt = xoshiro_next_py
     S, s = seed_block_state(seed, nlanes)
     lanes = [[int(S[k, j]) for k in range(4)] for j in range(nlanes)]
     sc = [int(v) for v in s]

@@ -20,7 +20,7 @@ arrays, so it and its numpy reference are deterministic functions of the same ar
 tested against each other step by step.  The production full-d kernels draw the token rows
 inside numba: ``full_chunk_fast`` with the SIMD block generator of
 ``theory.ssi.sgd._blocknormal`` (the default for d >= 64; tested against ``full_chunk`` fed
-with ``fill_steps``) and ``full_chunk_rng`` with the scalar generator of ``theory.gauss``
+with ``fill_steps``) and ``full_chunk_rng`` with the scalar generator of ``theory.rng``
 (tested against ``full_chunk`` fed with ``fill_normals``).
 """
 
@@ -31,7 +31,7 @@ import math
 import numba
 import numpy as np
 
-from theory.gauss import _normal as _gauss_normal
+from theory.rng import normal as zig_normal
 from theory.ssi.sgd import _blocknormal as BN
 
 HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
@@ -445,30 +445,15 @@ def full_chunk_rng(W, ustar, Qp, Bpe, state, zstar, Y, gamma, head, Rm, act, unt
 # xoshiro256** (Blackman & Vigna) and the 128-layer ziggurat of Marsaglia & Tsang in Doornik's
 # ZIGNOR form (disjoint bits of one output for the layer index and the abscissa): N(0, 1) draws.
 
+
 # Normals: the xoshiro256** + ziggurat generator of theory.gauss (one implementation for the
 # package; the same bits and tables, so streams are unchanged).
-zig_normal = _gauss_normal
-
-
 @numba.njit(cache=True)
 def fill_normals(s, out):
     """Fill ``out`` (any shape, C-contiguous) with standard normals from state ``s``."""
     flat = out.reshape(-1)
     for i in range(flat.shape[0]):
         flat[i] = zig_normal(s)
-
-
-def seed_state(seed: int) -> np.ndarray:
-    """xoshiro256** state (4 uint64) from an integer seed via splitmix64."""
-    x = int(seed) & 0xFFFFFFFFFFFFFFFF
-    out = []
-    for _ in range(4):
-        x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        out.append(z ^ (z >> 31))
-    return np.array(out, dtype=np.uint64)
 
 
 def full_chunk_numpy(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):

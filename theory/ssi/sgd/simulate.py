@@ -53,8 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from theory._util import as_rng, check_positive, seed_int, to_jsonable
+from theory._util import check_positive, to_jsonable
 from theory.results import Result
+from theory.rng import as_rng, seed_int, xoshiro_state
 from theory.ssi.sgd import _blocknormal as BN
 from theory.ssi.sgd import _kernels as K
 
@@ -469,7 +470,7 @@ class _FullState:
                 )
             # small d: the padding would dominate; scalar xoshiro256** + ziggurat per draw
             if self.state is None:
-                self.state = K.seed_state(seed_int(rng))
+                self.state = xoshiro_state(seed_int(rng))
             return K.full_chunk_rng(
                 self.W,
                 self.ustar,
