@@ -64,7 +64,7 @@ def fake(tmp_path, monkeypatch):
     (src / f"{name}_nofigs.py").write_text("X = 1\n")
     (src / f"{name}_broken.py").write_text("import numpy\nraise ImportError('needs scipy>=99')\n")
     monkeypatch.syspath_prepend(str(src))
-    modules = (name, f"{name}_nofigs", f"{name}_broken", "theory.plotting.no_such_module_xyz")
+    modules = (name,)
     monkeypatch.setattr(rp, "FIGURE_MODULES", modules)
     calls = src / f"{name}.calls"
 
@@ -77,16 +77,18 @@ def fake(tmp_path, monkeypatch):
     yield dict(
         name=name, file=src / f"{name}.py", calls=read_calls, reset=reset, out=tmp_path / "figs"
     )
-    for m in modules:
+    for m in (name, f"{name}_nofigs", f"{name}_broken"):
         sys.modules.pop(m, None)
 
 
-def test_discover_reports_missing(fake):
-    pieces, missing = rp.discover()
-    assert list(pieces) == ["good", "other", "broken", "liar"]
-    assert missing[f"{fake['name']}_nofigs"] == "has no FIGURES dict"
-    assert "needs scipy>=99" in missing[f"{fake['name']}_broken"]
-    assert "not written yet" in missing["theory.plotting.no_such_module_xyz"]
+def test_discover_fails_loudly_on_a_broken_figure_module(fake):
+    assert list(rp.discover()) == ["good", "other", "broken", "liar"]
+    with pytest.raises(ValueError, match="has no FIGURES dict"):
+        rp.discover([fake["name"], f"{fake['name']}_nofigs"])
+    with pytest.raises(ValueError, match="needs scipy>=99"):
+        rp.discover([f"{fake['name']}_broken"])
+    with pytest.raises(ValueError, match="cannot import"):
+        rp.discover(["theory.no_such_module_xyz"])
 
 
 def test_failure_isolation_cache_and_summary(fake):
@@ -109,7 +111,6 @@ def test_failure_isolation_cache_and_summary(fake):
     assert "| good | kappa | [4, 2] | exact (polynomial target) |" in summary
     assert "| other | n | 100 | d = n, 3 seeds |" in summary
     assert "**failed**: RuntimeError: boom: the solver did not converge" in summary
-    assert "theory.plotting.no_such_module_xyz" in summary and "has no FIGURES dict" in summary
 
     # rerun: finished pieces are reused, failed ones are retried
     fake["reset"]()
@@ -153,6 +154,58 @@ def test_cache_key_follows_source_and_version(fake, monkeypatch):
     assert fake["calls"]() == ["good:quick"]
 
 
+PKG_FIGS = textwrap.dedent("""
+    from pathlib import Path
+
+
+    def fig(out_dir, quick):
+        from PKG import helper  # a function-local import counts too
+
+        p = Path(out_dir) / "fig.png"
+        p.write_bytes(b"x")
+        with open(Path(__file__).with_name("calls"), "a") as fh:
+            fh.write("fig\\n")
+        return dict(files=[p], numbers=[dict(name="v", value=helper.VALUE, how="helper")])
+
+
+    FIGURES = {"pkg-fig": fig}
+""")
+
+
+def test_cache_key_follows_every_imported_module(tmp_path, monkeypatch):
+    """Editing a module that the figure module imports (not only the figure module itself)
+    invalidates the cached piece; editing an unrelated module does not."""
+    pkg = f"pkgfigs_{uuid.uuid4().hex[:8]}"
+    root = tmp_path / pkg
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "figs.py").write_text(PKG_FIGS.replace("PKG", pkg))
+    (root / "helper.py").write_text("VALUE = 1.0\n")
+    (root / "unrelated.py").write_text("X = 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls = root / "calls"
+    out = tmp_path / "figs"
+
+    def run():
+        rp.run_reproduce(out=out, modules=[f"{pkg}.figs"], progress=False, log=lambda m: None)
+        n = len(calls.read_text().split()) if calls.exists() else 0
+        calls.unlink(missing_ok=True)
+        return n
+
+    try:
+        assert run() == 1
+        assert run() == 0  # cached
+        (root / "unrelated.py").write_text("X = 1\n")
+        assert run() == 0
+        (root / "helper.py").write_text("VALUE = 2.0\n")
+        assert run() == 1
+        assert f"{pkg}.helper" in rp.source_closure(f"{pkg}.figs")
+        assert "theory.plotting" in rp.source_closure("theory.reproduce")  # a local import
+    finally:
+        for m in [m for m in sys.modules if m.startswith(pkg)]:
+            sys.modules.pop(m)
+
+
 def test_selection_by_name_and_pattern(fake):
     out = fake["out"]
     rep = rp.run_reproduce(["oth*"], out=out, progress=False, log=lambda m: None)
@@ -180,7 +233,6 @@ def test_cli(fake, capsys):
     assert main(["reproduce", "--list", "--out", out, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in listed["figures"]] == ["good", "other", "broken", "liar"]
-    assert "theory.plotting.no_such_module_xyz" in listed["missing"]
 
     assert main(["reproduce", "good", "other", "--out", out, "--no-progress", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)

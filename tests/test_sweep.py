@@ -301,7 +301,6 @@ def test_registry_entries_are_wired(tmp_path, capsys):
     assert {"demo", "erm-fixed-point", "erm-transition", "sgd-ode", "sgd-boundaries", "sie"} <= set(
         SWEEPABLE
     )
-    pytest.importorskip("theory.ssi.hermite")
     out = tmp_path / "sie.csv"
     assert (
         main(
@@ -324,7 +323,6 @@ def test_registry_entries_are_wired(tmp_path, capsys):
     # closed forms: C_2 = I_3 -> contraction 3, op norm 1, gain L^2 = 9; z1 - z2 -> tied stuck
     assert rows[0]["sie"] == 2 and rows[0]["gain_optimal"] == pytest.approx(9.0)
     assert rows[1]["sie"] == 1 and rows[1]["tied_learnable"] is False
-    pytest.importorskip("theory.ssi.model")
     from theory.ssi import model as ssi
 
     rows = run_sweep(SWEEPABLE["sgd-boundaries"].fn, {"a": [1.0]}, workers=1, progress=False)

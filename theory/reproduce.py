@@ -1,28 +1,32 @@
 """``theory reproduce``: regenerate the figures and the headline numbers of the papers.
 
-Every figure module of :mod:`theory.plotting` exposes ``FIGURES: dict[str, callable]``; each entry
-``fn(out_dir: Path, quick: bool) -> dict(files=[...], numbers=[dict(name, value, how)])`` writes
-its figure(s) into ``out_dir`` and returns the headline numbers it computed, each with one
-sentence saying how (method, sizes, seeds).  This module
+Every figure module listed in :data:`FIGURE_MODULES` exposes ``FIGURES: dict[str, callable]``;
+each entry ``fn(out_dir: Path, quick: bool) -> dict(files=[...], numbers=[dict(name, value,
+how)])`` writes its figure(s) into ``out_dir`` and returns the headline numbers it computed, each
+with one sentence saying how (method, sizes, seeds).  This module
 
-* discovers those entries (a module that does not exist yet, or fails to import, is reported as
-  missing, not fatal);
+* discovers those entries; a figure module that fails to import, or has no ``FIGURES``, is an
+  error (``ValueError``), never a silent skip;
 * runs the requested ones (all by default) in this process or in ``workers`` processes, with a
-  progress bar, isolating failures: a piece that raises is reported with its error and the others
-  still run;
-* caches each finished piece's returned dict as JSON in ``<out>/.cache/<name>-<hash>.json``, the
-  hash covering the piece's name, the mode (quick/full), the package version and the source of
-  the module(s) defining it; a rerun reuses a cached piece if every file it lists still exists;
+  progress bar, isolating failures: a piece that raises is reported failed with its error and
+  the others still run;
+* caches each finished piece's returned dict as JSON in ``<out>/.cache/<name>-<hash>.json``; the
+  hash covers the piece's name, the mode (quick/full), the package version and the source of
+  EVERY module of the package the piece's module imports, directly or not (found by reading the
+  import statements, including those inside functions), so editing a model invalidates the
+  figures that use it.  A rerun reuses a cached piece if every file it lists still exists;
 * writes ``<out>/SUMMARY.md`` (atomically): the table of headline numbers with their "how", the
-  status and time of every piece, and the missing modules.
+  status and time of every piece.
 """
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures as cf
 import fnmatch
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import sys
@@ -102,7 +106,6 @@ class Report:
     out: Path
     quick: bool
     outcomes: list[Outcome]
-    missing: dict[str, str]
     seconds: float
     summary: Path | None = None
 
@@ -118,7 +121,6 @@ class Report:
                 seconds=self.seconds,
                 summary=str(self.summary),
                 pieces=[o.to_dict() for o in self.outcomes],
-                missing=self.missing,
                 failed=[o.name for o in self.failed],
             )
         )
@@ -127,52 +129,98 @@ class Report:
 # --------------------------------------------------------------------------------------------
 # discovery
 # --------------------------------------------------------------------------------------------
-def _file_hash(obj) -> str | None:
+def _module_file(name: str) -> Path | None:
+    """The source file of module ``name`` found from its top-level package's folder without
+    importing anything, or None (not a module: e.g. ``pkg.mod.function``)."""
+    parts = name.split(".")
     try:
-        path = inspect.getsourcefile(obj)
-    except TypeError:
+        top = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
         return None
-    if not path or not Path(path).exists():
-        return None
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if top is None or not top.submodule_search_locations:
+        return Path(top.origin) if top is not None and len(parts) == 1 and top.origin else None
+    base = Path(next(iter(top.submodule_search_locations))).joinpath(*parts[1:])
+    for cand in (base / "__init__.py", base.with_suffix(".py")):
+        if cand.is_file():
+            return cand
+    return None
 
 
-def discover(modules: Iterable[str] | None = None) -> tuple[dict[str, Piece], dict[str, str]]:
-    """``(pieces, missing)``: every FIGURES entry found, and each module that gave none + why."""
+def _imported_modules(path: Path, name: str, packages: set[str]) -> set[str]:
+    """Names under ``packages`` that the source of module ``name`` (at ``path``) imports, at
+    any depth in the file (function-local imports count)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = name if path.name != "__init__.py" else name + ".__init__"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level and here:  # relative import
+                parts = here.split(".")[: -node.level]
+                base = ".".join(parts + ([base] if base else []))
+            # "from pkg import sub" may name a submodule or an attribute: try both
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n.split(".")[0] in packages)
+    return found
+
+
+def source_closure(modname: str) -> dict[str, str]:
+    """``{module: sha256 of its source}`` for ``modname`` and every module of its own top-level
+    package or of ``theory`` that it imports, transitively (parent packages' ``__init__``
+    included)."""
+    packages = {modname.split(".")[0], "theory"}
+    seen: dict[str, str] = {}
+    todo = [modname]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_file(name)
+        if path is None:  # an attribute ("from theory.x import f"), not a module
+            seen[name] = ""
+            continue
+        seen[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        parts = name.split(".")
+        todo += [".".join(parts[:k]) for k in range(1, len(parts))]
+        todo += sorted(_imported_modules(path, name, packages) - set(seen))
+    return {k: v for k, v in sorted(seen.items()) if v}
+
+
+def discover(modules: Iterable[str] | None = None) -> dict[str, Piece]:
+    """Every ``FIGURES`` entry of ``modules`` (default :data:`FIGURE_MODULES`), by name.
+
+    A module that cannot be imported or has no non-empty ``FIGURES`` dict raises ``ValueError``.
+    """
     modules = FIGURE_MODULES if modules is None else tuple(modules)
     pieces: dict[str, Piece] = {}
-    missing: dict[str, str] = {}
     for modname in modules:
         try:
             mod = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:
-            if exc.name == modname:
-                missing[modname] = "module not found (not written yet)"
-            else:
-                missing[modname] = f"import failed: {type(exc).__name__}: {exc}"
-            continue
-        except Exception as exc:  # noqa: BLE001 - a broken module must not stop the others
-            missing[modname] = f"import failed: {type(exc).__name__}: {exc}"
-            continue
+        except ImportError as exc:
+            raise ValueError(f"cannot import the figure module {modname!r}: {exc}") from exc
         figs = getattr(mod, "FIGURES", None)
         if not isinstance(figs, dict) or not figs:
-            missing[modname] = "has no FIGURES dict"
-            continue
-        mod_hash = _file_hash(mod) or ""
+            raise ValueError(f"the figure module {modname!r} has no FIGURES dict")
+        closure = {}
         for name, fn in figs.items():
             if name in pieces:
-                missing[f"{modname}:{name}"] = (
-                    f"duplicate figure name (already defined by {pieces[name].module})"
+                raise ValueError(
+                    f"two figures are called {name!r} ({pieces[name].module} and {modname})"
                 )
-                continue
             if not callable(fn):
-                missing[f"{modname}:{name}"] = "FIGURES entry is not callable"
-                continue
-            fn_mod = inspect.getmodule(fn)
-            fn_hash = _file_hash(fn_mod) if fn_mod is not None and fn_mod is not mod else ""
-            src = hashlib.sha256(f"{mod_hash}:{fn_hash or ''}".encode()).hexdigest()
+                raise ValueError(f"{modname}.FIGURES[{name!r}] is not callable")
+            fn_mod = getattr(inspect.getmodule(fn), "__name__", modname)
+            for m in {modname, fn_mod}:
+                if m not in closure:
+                    closure[m] = source_closure(m)
+            blob = json.dumps({m: closure[m] for m in sorted({modname, fn_mod})}, sort_keys=True)
+            src = hashlib.sha256(blob.encode()).hexdigest()
             pieces[str(name)] = Piece(str(name), fn, modname, src)
-    return pieces, missing
+    return pieces
 
 
 def select(pieces: dict[str, Piece], names: Iterable[str] | None) -> list[Piece]:
@@ -184,7 +232,7 @@ def select(pieces: dict[str, Piece], names: Iterable[str] | None) -> list[Piece]
     for pat in names:
         hits = [n for n in pieces if fnmatch.fnmatchcase(n, pat)]
         if not hits:
-            avail = ", ".join(pieces) or "none (no figure module is available)"
+            avail = ", ".join(pieces)
             raise ValueError(
                 f"no figure called {pat!r}: choose among {avail} (theory reproduce --list)"
             )
@@ -297,7 +345,7 @@ def run_reproduce(
     workers = int(workers)
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
-    pieces, missing = discover(modules)
+    pieces = discover(modules)
     chosen = select(pieces, names)
     if log is None:
 
@@ -422,7 +470,7 @@ def run_reproduce(
             else:
                 outcomes[name] = Outcome(name, p.module, "not run")
         ordered = [outcomes[n] for n in pieces if n in outcomes]
-        report = Report(out, quick, ordered, missing, time.perf_counter() - t_start)
+        report = Report(out, quick, ordered, time.perf_counter() - t_start)
         report.summary = write_summary(report)
     return report
 
@@ -491,23 +539,19 @@ def write_summary(report: Report) -> Path:
         secs = "" if o.seconds is None else f"{o.seconds:.1f}"
         files = ", ".join(f"[{Path(f).name}]({f})" for f in o.files)
         lines.append(f"| {_cell(o.name)} | {o.module} | {_cell(status)} | {secs} | {files} |")
-    if report.missing:
-        lines += ["", "## Not available", ""]
-        for mod, why in report.missing.items():
-            lines.append(f"- `{mod}`: {why}")
     lines.append("")
     path = report.out / SUMMARY_NAME
     atomic_write_text(path, "\n".join(lines))
     return path
 
 
-def list_pieces(out="figures", quick: bool = True, modules=None) -> tuple[list[dict], dict]:
-    """Rows for ``theory reproduce --list``: name, module, cached?; and the missing modules."""
+def list_pieces(out="figures", quick: bool = True, modules=None) -> list[dict]:
+    """Rows for ``theory reproduce --list``: name, module, cached?"""
     out = Path(out)
-    pieces, missing = discover(modules)
+    pieces = discover(modules)
     rows = []
     for p in pieces.values():
         rows.append(
             dict(name=p.name, module=p.module, cached=_load_cache(out, p, quick) is not None)
         )
-    return rows, missing
+    return rows

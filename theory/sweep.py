@@ -345,24 +345,12 @@ class Sweepable:
     parameters ``{name: (type, default, help)}`` (``--<name> VALUE``).
     """
 
-    def __init__(self, name, fn, *, axes, options=None, help="", requires=None):
+    def __init__(self, name, fn, *, axes, options=None, help=""):
         self.name = name
         self.fn = fn
         self.axes = axes
         self.options = options or {}
         self.help = help
-        self.requires = requires  # module that must import for this entry to work
-
-    def available(self) -> tuple[bool, str]:
-        if self.requires is None:
-            return True, ""
-        import importlib
-
-        try:
-            importlib.import_module(self.requires)
-        except ImportError as exc:
-            return False, f"{self.requires} is not available ({exc})"
-        return True, ""
 
 
 def demo_point(x: float, y: float = 1.0, delay: float = 0.0) -> dict:
@@ -469,7 +457,6 @@ SWEEPABLE: dict[str, Sweepable] = {
             "lam": (float, None, "ridge λ (default: the model's)"),
         },
         help="replica fixed point of the positional–semantic ERM model at each (α, ω)",
-        requires="theory.attention.model",
     ),
     "erm-transition": Sweepable(
         "erm-transition",
@@ -480,14 +467,12 @@ SWEEPABLE: dict[str, Sweepable] = {
             "lam": (float, None, "ridge λ (default: the model's)"),
         },
         help="α_c(ω) and α_l(ω) of the ERM model (each ω is one point: the phase diagram)",
-        requires="theory.attention.model",
     ),
     "sgd-boundaries": Sweepable(
         "sgd-boundaries",
         sgd_boundaries_point,
         axes={"a": (float, "positional strengths a")},
         help="ω where each SGD regime of the positional–semantic target switches, per a",
-        requires="theory.ssi.model",
     ),
     "sgd-ode": Sweepable(
         "sgd-ode",
@@ -495,7 +480,6 @@ SWEEPABLE: dict[str, Sweepable] = {
         axes={"omega": (float, "target ω values"), "a": (float, "target a values")},
         options={"lr": (float, 0.05, "step size γ"), "d": (int, 10_000, "dimension d")},
         help="(e, m) ODE of the SGD positional–semantic target: escape time and minimum",
-        requires="theory.ssi.model",
     ),
     "sie": Sweepable(
         "sie",
@@ -505,7 +489,6 @@ SWEEPABLE: dict[str, Sweepable] = {
             "L": (int, "sequence lengths"),
         },
         help="SIE, tied contraction and tied/untied gains of each target",
-        requires="theory.ssi.hermite",
     ),
 }
 
@@ -513,11 +496,7 @@ SWEEPABLE: dict[str, Sweepable] = {
 def get_sweepable(name: str) -> Sweepable:
     if name not in SWEEPABLE:
         raise ValueError(f"unknown sweep {name!r}: choose one of {', '.join(sorted(SWEEPABLE))}")
-    entry = SWEEPABLE[name]
-    ok, why = entry.available()
-    if not ok:
-        raise ValueError(f"the sweep {name!r} is not available in this installation: {why}")
-    return entry
+    return SWEEPABLE[name]
 
 
 def parse_axis(text: str, typ) -> list:

@@ -27,13 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"theory {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"theory.cli.{name}")
-        except ModuleNotFoundError as exc:  # a command whose module is not written yet
-            if exc.name == f"theory.cli.{name}":
-                continue
-            raise
-        mod.register(sub)
+        importlib.import_module(f"theory.cli.{name}").register(sub)
     return parser
 
 

@@ -14,7 +14,8 @@ def register(subparsers) -> None:
         description="Regenerate the figures of the ERM, SGD and histogram work and write "
         "<out>/SUMMARY.md, the table of headline numbers with how each was computed. "
         "Finished pieces are cached in <out>/.cache (keyed by name, mode, package version and "
-        "module source), so a rerun only computes what is missing or changed.",
+        "the source of every module of the package the piece imports), so a rerun only "
+        "computes what is missing or changed.",
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--list",
         action="store_true",
-        help="list the available figures (and the modules that are missing)",
+        help="list the available figures",
     )
     p.add_argument(
         "--workers",
@@ -70,15 +71,12 @@ def _handle(args) -> int:
     from theory.reproduce import list_pieces, run_reproduce
 
     if args.list:
-        rows, missing = list_pieces(args.out, args.quick, modules=args.modules)
+        rows = list_pieces(args.out, args.quick, modules=args.modules)
         mode = "quick" if args.quick else "full"
         lines = [f"{len(rows)} figure(s) available ({mode} cache in {args.out}/.cache):"]
         for r in rows:
             lines.append(f"  {r['name']:32s} {r['module']:26s} {'cached' if r['cached'] else ''}")
-        if missing:
-            lines.append("missing:")
-            lines += [f"  {m}: {why}" for m, why in missing.items()]
-        emit(args, {"figures": rows, "missing": missing}, "\n".join(lines))
+        emit(args, {"figures": rows}, "\n".join(lines))
         return 0
     import signal
 
@@ -118,7 +116,5 @@ def _handle(args) -> int:
         ", ".join(f"{v} {k}" for k, v in counts.items())
         + f"; {report.seconds:.0f} s; summary in {report.summary}"
     )
-    if report.missing:
-        text.append("missing: " + ", ".join(report.missing))
     emit(args, report.to_dict(), "\n".join(text))
     return 1 if report.failed else 0

@@ -90,18 +90,12 @@ def _handle_list(args) -> int:
 
     lines = ["registered sweeps (theory sweep NAME --help for the options):"]
     for name, entry in SWEEPABLE.items():
-        ok, why = entry.available()
         axes = " ".join(f"{_axis_flag(a)} RANGE" for a in entry.axes)
-        lines.append(f"  {name:16s} {axes}" + ("" if ok else f"   [unavailable: {why}]"))
+        lines.append(f"  {name:16s} {axes}")
         lines.append(f"  {'':16s} {entry.help}")
     emit(
         args,
-        {
-            "sweeps": {
-                n: {"axes": list(e.axes), "available": e.available()[0]}
-                for n, e in SWEEPABLE.items()
-            }
-        },
+        {"sweeps": {n: {"axes": list(e.axes)} for n, e in SWEEPABLE.items()}},
         "\n".join(lines),
     )
     return 0
