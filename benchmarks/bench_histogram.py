@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from theory.histogram import task as H
+from theory import histogram as H
 
 
 def epoch_time(data, dtype, threads, n_seq=None, per_sequence=False):

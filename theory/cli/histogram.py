@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from theory.cli._common import add_json, emit
-from theory.histogram.task import blas_threads
+from theory.histogram import blas_threads
 
 DEFAULT_SEQUENCES = "BBCCDDBBBB,LMDMMMAHHB,ONMLKJIHGF"
 
@@ -63,13 +63,13 @@ def _add_training(p: argparse.ArgumentParser, *, variant_choices=None, default_v
 
 
 def _data(args):
-    from theory.histogram.task import make_data
+    from theory.histogram import make_data
 
     return make_data(args.n_sequences, rng=args.data_seed)
 
 
 def _train(args, variant, data=None):
-    from theory.histogram.task import train
+    from theory.histogram import train
 
     data = _data(args) if data is None else data
     return train(
@@ -87,7 +87,7 @@ def _train(args, variant, data=None):
 
 @blas_threads(1)
 def _cmd_train(args):
-    from theory.histogram.task import save_model
+    from theory.histogram import save_model
 
     res, _ = _train(args, args.variant)
     if args.save_model:
@@ -116,7 +116,7 @@ def _cmd_train(args):
 
 @blas_threads(1)
 def _cmd_stationarity(args):
-    from theory.histogram.task import load_model, stationarity
+    from theory.histogram import load_model, stationarity
 
     data = _data(args)
     if args.model:
@@ -174,8 +174,8 @@ def _cmd_stationarity(args):
 
 @blas_threads(1)
 def _cmd_attention(args):
+    from theory.histogram import attention, encode
     from theory.histogram.figures import plot_attention_maps
-    from theory.histogram.task import attention, encode
 
     seqs = [s.strip() for s in args.sequences.split(",") if s.strip()]
     tokens = [encode(s) for s in seqs]

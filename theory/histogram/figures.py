@@ -8,7 +8,7 @@
   BBCCDDBBBB, LMDMMMAHHB and ONMLKJIHGF.
 
 Quick mode trains on a subset (10 000 sequences drawn, 20 epochs, 2 seeds per variant, about
-30 s of CPU); full mode uses the spec's sizes (50 000 sequences, 200 epochs, seeds 0 and
+30 s of CPU); full mode uses the published sizes (50 000 sequences, 200 epochs, seeds 0 and
 1) and reuses trained parameters saved as ``histogram-model-<variant>-seed<s>.npz`` next to the
 figures (they are written there after a full training, ~100 kB each).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from theory.histogram.task import blas_threads
+from theory.histogram import blas_threads
 from theory.plotting import use_agg
 
 SEQUENCES = ("BBCCDDBBBB", "LMDMMMAHHB", "ONMLKJIHGF")
@@ -33,7 +33,7 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
     use_agg()
     import matplotlib.pyplot as plt
 
-    from theory.histogram.task import CHANCE_ACCURACY
+    from theory.histogram import CHANCE_ACCURACY
 
     fig, (ax_acc, ax_err, ax_loss) = plt.subplots(1, 3, figsize=(16, 4.4))
     for variant, results in runs.items():
@@ -101,7 +101,7 @@ def plot_attention_maps(models: dict, sequences=SEQUENCES, out=None, *, title: s
     use_agg()
     import matplotlib.pyplot as plt
 
-    from theory.histogram.task import attention, encode
+    from theory.histogram import attention, encode
 
     seqs = list(sequences)
     tokens = np.array([encode(s) for s in seqs])
@@ -145,7 +145,7 @@ def same_token_mass(theta, x, variant) -> tuple[float, float]:
     those queries of the N sequences ``x``.  Returns (value, uniform-attention baseline), the
     baseline being the same average of (count_i - 1) / (L - 1).
     """
-    from theory.histogram.task import attention
+    from theory.histogram import attention
 
     x = np.atleast_2d(np.asarray(x))
     A = attention(theta, x, variant).astype(np.float64)
@@ -167,7 +167,7 @@ _CACHE: dict = {}
 
 def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
     """Train (or load) the semantic and positional models for all seeds; cached per process."""
-    from theory.histogram.task import load_model, make_data, save_model, train
+    from theory.histogram import load_model, make_data, save_model, train
 
     cfg = QUICK if quick else FULL
     key = (quick, str(out_dir))

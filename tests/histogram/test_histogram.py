@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from theory.histogram import task as H
+from theory import histogram as H
 
 # ------------------------------------------------------------------------------------------
 # fixtures
@@ -270,7 +270,9 @@ def test_save_and_load_model(tmp_path, quick_models):
 
 
 def test_blas_threads_restores_setting():
-    h = H._openblas_handles()
+    from theory.histogram.train import _openblas_handles
+
+    h = _openblas_handles()
     if h is None:
         pytest.skip("numpy's bundled OpenBLAS not found")
     get, _ = h
