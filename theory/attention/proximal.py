@@ -102,7 +102,9 @@ def prox(w_local, h_star, V, params, *, jac: bool = True) -> ProxResult:
 # --------------------------------------------------------------------------- references
 
 
-def prox_reference(w_local, h_star, V, params, *, starts=None):
+def prox_reference(
+    w_local, h_star, V: float, params, *, starts=None
+) -> tuple[np.ndarray, np.ndarray]:
     """scipy reference of :func:`prox` (effective channel): BFGS from the kernel's start set
     plus a ring of 16 starts on the disk that contains every minimiser; lowest value wins.
     Returns ``(x (N, 2), value (N,))``.  Slow (a Python loop over rows)."""

@@ -156,7 +156,9 @@ HISTORY_KEYS = (
 )
 
 
-def initial_gamp_weights(init: str, problem: Problem, init_scale: float | None = None):
+def initial_gamp_weights(
+    init: str, problem: Problem, init_scale: float | None = None
+) -> np.ndarray:
     """GAMP's ``Qhat_0``: as :func:`~theory.attention.finite_d.problem.initial_weights`, except
     that "positional" without ``init_scale`` is ``POSITIONAL_M0 1_d`` (m = 0.2)."""
     if init == "positional" and init_scale is None:
@@ -190,7 +192,7 @@ def run_gamp(
     restarts: int = 2,
     stall_window: int = 20,
     stall_factor: float = 0.7,
-):
+) -> GAMPResult | tuple[GAMPResult, np.ndarray]:
     """Run GAMP on one seed's data (the teacher and data of :func:`simulate_gd` with that seed).
 
     ``params``: the model's :class:`~theory.attention.params.ERMParams`.  ``mixing`` = weight

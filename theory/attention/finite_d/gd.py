@@ -81,9 +81,13 @@ class _Monitor:
         return Q, self.status, it, self.grms, np.array(self.trace)
 
 
+#: what every minimiser returns: (Q, status, iterations, RMS gradient, trace rows)
+Minimisation = tuple[np.ndarray, str, int, float, np.ndarray]
+
+
 def gradient_descent(
     Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=1e-6, record_every=50
-):
+) -> Minimisation:
     """Plain full-batch GD ``Q <- Q - lr grad L(Q)`` (the paper's protocol).
 
     Its rate near a minimum is ``1 - lr mu`` with mu the smallest Hessian eigenvalue (>= lam
@@ -99,7 +103,9 @@ def gradient_descent(
     return mon.result(Q, it)
 
 
-def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, L0=1.0):
+def nesterov(
+    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, L0=1.0
+) -> Minimisation:
     """Nesterov's accelerated gradient with a backtracked Lipschitz estimate and adaptive restart.
 
     * step ``1/Lk`` at the extrapolated point ``y``; ``Lk`` is doubled until the sufficient
@@ -144,7 +150,7 @@ def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_ever
 
 def barzilai_borwein(
     Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, memory=10, lr0=0.1
-):
+) -> Minimisation:
     """Barzilai-Borwein steps with the non-monotone line search of Grippo-Lampariello-Lucidi
     (Raydan 1997): step ``s.s / s.y`` (BB1, clipped to [1e-6, 1e6]); accept when
     ``L(Q - a g) <= max(last ``memory`` values) - 1e-4 a |g|^2``, else halve ``a``."""
@@ -171,7 +177,9 @@ def barzilai_borwein(
     return mon.result(Q, it)
 
 
-def lbfgs(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=None):
+def lbfgs(
+    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=None
+) -> Minimisation:
     """L-BFGS (scipy) on the same risk; a faster route to the local minimum of the basin."""
     from scipy.optimize import minimize
 

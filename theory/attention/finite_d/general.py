@@ -166,7 +166,7 @@ def sample_losses(Q, data: GeneralData) -> np.ndarray:
     return (quad - 2 * (S * data.C).sum(axis=(1, 2)) + data.c0) / (2 * d)
 
 
-def risk(Q, data: GeneralData, lam: float):
+def risk(Q, data: GeneralData, lam: float) -> tuple[float, np.ndarray]:
     """(L(Q), ∂L/∂Q): the exact empirical risk (ridge included) and its gradient (d, r)."""
     n, L, d = data.X.shape
     Xf = data.X.reshape(n * L, d)

@@ -125,7 +125,9 @@ def init_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(4)[3])
 
 
-def initial_weights(init: str, teacher: Teacher, seed: int, *, init_scale: float = 1.0):
+def initial_weights(
+    init: str, teacher: Teacher, seed: int, *, init_scale: float = 1.0
+) -> np.ndarray:
     """Initial ``Q`` (shape ``(d,)``): "semantic" Q = Q*, "positional" Q = 1_d/sqrt(d),
     "random" 0.1 N(0, I_d) (each times ``init_scale``; docs/attention.md §8)."""
     d = teacher.d
@@ -138,7 +140,9 @@ def initial_weights(init: str, teacher: Teacher, seed: int, *, init_scale: float
     raise ValueError(f"init must be one of {INITS}, got {init!r}")
 
 
-def risk(Q, data: ERMData, lam: float, *, channel: str = "exact", sigma: float = 0.5):
+def risk(
+    Q, data: ERMData, lam: float, *, channel: str = "exact", sigma: float = 0.5
+) -> tuple[float, np.ndarray]:
     """``(L(Q), grad L(Q))``: empirical risk (ridge included) and its gradient, shape ``(d,)``
     (two BLAS matrix-vector products with the (2n, d) token matrix)."""
     h = data.fields(Q)
