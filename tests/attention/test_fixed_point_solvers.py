@@ -87,7 +87,16 @@ def test_anderson_agrees_with_newton_where_both_converge():
 
 
 @pytest.mark.parametrize(
-    "strategy", [Damped(0.6), Anderson(0.6), QuasiNewton()], ids=["damped", "anderson", "newton"]
+    "strategy",
+    [
+        Damped(0.6),
+        Anderson(0.6),
+        Anderson(
+            0.6, restart_from_best=False, clear_on_reject=False, forget_above_start=True, rcond=None
+        ),
+        QuasiNewton(),
+    ],
+    ids=["damped", "anderson", "anderson-keep-memory", "newton"],
 )
 def test_every_strategy_finds_the_known_fixed_point(strategy):
     # contracting map with a rotation-like coupling (eigenvalues of modulus < 1): the closed-form

@@ -440,12 +440,15 @@ class Anderson(Strategy):
 
     Variables are scaled by ``max(||x_k||, ||F(x)_k||, floor)`` per order parameter (fixed at
     the first evaluation, so that differences stay consistent).  Acceleration starts once the
-    residual is below ``start_below``; a candidate that moves an order parameter by more than
-    ``max_step`` (relative), flips the sign of an entry (``keep_signs``) or fails ``valid``
-    (e.g. a covariance that is not positive definite) is replaced by the damped step and the
-    memory cleared.  When a residual is ten times the best one seen, the memory is cleared and
-    the iteration restarts from the best point with a damped step; a failed evaluation does the
-    same with half the mixing (status "nan" below 1e-3).
+    residual is below ``start_below`` (``forget_above_start``: the memory is also emptied at
+    every point above it); a candidate that moves an order parameter by more than ``max_step``
+    (relative), flips the sign of an entry (``keep_signs``) or fails ``valid`` (e.g. a
+    covariance that is not positive definite) is replaced by the damped step
+    (``clear_on_reject``: and the memory is emptied).  When a residual is ten times the best one
+    seen, the memory is emptied and, with ``restart_from_best``, the iteration restarts from the
+    best point with a damped step (otherwise it goes on from the current one); a failed
+    evaluation restarts from the best point with half the mixing (status "nan" below 1e-3).
+    ``rcond``: the cut-off of the least-squares solve.
     """
 
     def __init__(
@@ -458,10 +461,16 @@ class Anderson(Strategy):
         keep_signs: bool = True,
         valid: Callable[[dict], bool] | None = None,
         floor: float = 1e-10,
+        restart_from_best: bool = True,
+        clear_on_reject: bool = True,
+        forget_above_start: bool = False,
+        rcond: float | None = 1e-10,
     ):
         self.mixing = _check_mixing(mixing)
         self.depth, self.start_below, self.max_step = int(depth), start_below, max_step
         self.keep_signs, self.valid, self.floor = keep_signs, valid, floor
+        self.restart_from_best, self.clear_on_reject = restart_from_best, clear_on_reject
+        self.forget_above_start, self.rcond = forget_above_start, rcond
 
     def start(self, ctx, x):
         self.X, self.R = [], []
@@ -485,7 +494,13 @@ class Anderson(Strategy):
     def propose(self, ctx):
         x, fx, res = ctx.x, ctx.fx, ctx.residual
         if res > 10 * self.best[0] and len(self.X) > 0:
-            return self._restart()
+            if self.restart_from_best:
+                return self._restart()
+            self.X.clear()
+            self.R.clear()
+        elif self.forget_above_start and res >= self.start_below:
+            self.X.clear()
+            self.R.clear()
         r = (fx - x) / self.scale
         self.X.append(x / self.scale)
         self.R.append(r.copy())
@@ -498,7 +513,7 @@ class Anderson(Strategy):
         xs = x / self.scale
         dX = np.array([self.X[i + 1] - self.X[i] for i in range(len(self.X) - 1)]).T
         dR = np.array([self.R[i + 1] - self.R[i] for i in range(len(self.R) - 1)]).T
-        gamma, *_ = np.linalg.lstsq(dR, r, rcond=1e-10)
+        gamma, *_ = np.linalg.lstsq(dR, r, rcond=self.rcond)
         x_new = (xs + self.mixing * r - (dX + self.mixing * dR) @ gamma) * self.scale
         pk = ctx.packing
         bad = not np.all(np.isfinite(x_new))
@@ -510,8 +525,9 @@ class Anderson(Strategy):
         if not bad and self.valid is not None:
             bad = not self.valid(pk.unpack(x_new))
         if bad:
-            self.X.clear()
-            self.R.clear()
+            if self.clear_on_reject:
+                self.X.clear()
+                self.R.clear()
             return damped
         return x_new
 

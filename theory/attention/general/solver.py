@@ -241,12 +241,18 @@ def _solve(
         label = f"the {branch} branch collapsed onto the trivial one"
         callbacks.append(DecayStop(collapse_value, COLLAPSE, label, aitken=False))
     if accel == "anderson":
+        # the frozen-node map is rough (and, for r > 1, nearly flat along the O(r) orbit): keep
+        # the memory through rejected candidates and residual spikes instead of restarting
         strategy = Anderson(
             mixing,
             max_step=MAX_STEP,
             keep_signs=False,
             floor=1e-3,
             valid=lambda c: _pd(dict(full, **c)),
+            restart_from_best=False,
+            clear_on_reject=False,
+            forget_above_start=True,
+            rcond=None,
         )
     else:
         strategy = Damped(mixing)
