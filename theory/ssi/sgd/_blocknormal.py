@@ -182,17 +182,6 @@ def _finish(r, s):
         r = _next(s)  # rejected: a fresh, complete draw
 
 
-@numba.njit(cache=True)
-def scalar_normal(s):
-    """One N(0, 1) draw from the scalar state alone (same tables)."""
-    r = _next(s)
-    i = r & _ZIG_MASK
-    u = _u_of(r)
-    if abs(u) < ZIG_RATIO[i]:
-        return u * ZIG_X[i]
-    return _finish(r, s)
-
-
 @numba.njit(cache=True, inline="always")
 def _cand(r):
     """Fast-path value of candidate ``r``: u X[i], or NaN when |u| >= T[i] / 2^11 (slow path).
