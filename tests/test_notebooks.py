@@ -23,13 +23,13 @@ NB_DIR = ROOT / "notebooks"
 
 # notebook -> modules of the public API it needs
 NOTEBOOKS = {
-    "01-sie-of-a-new-target.ipynb": ["theory.ssi.hermite", "theory.gauss"],
+    "01-sie-of-a-new-target.ipynb": ["theory.ssi", "theory.gauss"],
     "02-erm-phase-transition.ipynb": [
         "theory.attention.model",
         "theory.attention.finite_d.gd",
         "theory.plotting",
     ],
-    "03-sgd-dynamics.ipynb": ["theory.ssi.model", "theory.ssi.sgd.simulate", "theory.plotting"],
+    "03-sgd-dynamics.ipynb": ["theory.ssi", "theory.plotting"],
 }
 KERNEL = "theory-notebook-test"
 # ipykernel's inline backend: figures are rendered into the outputs, no display needed

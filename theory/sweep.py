@@ -415,16 +415,16 @@ def erm_transition_point(
 
 def sgd_boundaries_point(a: float) -> dict:
     """ω values where the spec-6 SGD regimes switch on the line a = const."""
-    from theory.ssi import model as ssi
+    from theory import ssi
 
-    out = ssi.boundaries(a)
+    out = _as_row(ssi.boundaries(a))
     return {k: v for k, v in out.items() if k.startswith("omega_")}
 
 
 def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_000) -> dict:
     """(e, m) ODE of the spec-6 positional–semantic SGD model from the default small start:
     escape time and the minimum reached."""
-    from theory.ssi import model as ssi
+    from theory import ssi
 
     res = ssi.integrate_ode(ssi.ps_model(a, omega), lr=lr, d=d)
     row = _as_row(res)
@@ -434,9 +434,9 @@ def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_00
 
 def sie_point(target: str, L: int | None = None) -> dict:
     """SIE, tied contraction and gains of one target expression."""
-    from theory.ssi import hermite
+    from theory import ssi
 
-    res = hermite.analyze(target, L=L)
+    res = ssi.analyze(target, L=L)
     row = _as_row(res)
     keep = (
         "sie",
@@ -444,6 +444,8 @@ def sie_point(target: str, L: int | None = None) -> dict:
         "op_norm",
         "gain_optimal",
         "gain_equal",
+        "gain_optimal_published",
+        "gain_equal_published",
         "tied_learnable",
         "even_sie",
         "exact",
@@ -487,7 +489,7 @@ SWEEPABLE: dict[str, Sweepable] = {
         sgd_boundaries_point,
         axes={"a": (float, "positional strengths a")},
         help="ω where each SGD regime of the positional–semantic target switches, per a",
-        requires="theory.ssi.model",
+        requires="theory.ssi",
     ),
     "sgd-ode": Sweepable(
         "sgd-ode",
@@ -495,7 +497,7 @@ SWEEPABLE: dict[str, Sweepable] = {
         axes={"omega": (float, "target ω values"), "a": (float, "target a values")},
         options={"lr": (float, 0.05, "step size γ"), "d": (int, 10_000, "dimension d")},
         help="(e, m) ODE of the SGD positional–semantic target: escape time and minimum",
-        requires="theory.ssi.model",
+        requires="theory.ssi",
     ),
     "sie": Sweepable(
         "sie",
@@ -505,7 +507,7 @@ SWEEPABLE: dict[str, Sweepable] = {
             "L": (int, "sequence lengths"),
         },
         help="SIE, tied contraction and tied/untied gains of each target",
-        requires="theory.ssi.hermite",
+        requires="theory.ssi",
     ),
 }
 
