@@ -24,7 +24,9 @@ nu = weak-recovery step: tied |m| >= eta; untied m_untied = ||W w*/d|| / sqrt(L)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
@@ -71,7 +73,7 @@ X_STAR = 0.7153318629591615
 F_STAR = -math.log1p(-X_STAR) / X_STAR**2
 
 
-def family_target(target, L: int) -> sp.Expr:
+def family_target(target: str | sp.Expr | Callable[[int], str | sp.Expr], L: int) -> sp.Expr:
     """The sympy expression of ``target`` for sequence length ``L`` (see the module docstring)."""
     L = int(L)
     zs = [sp.Symbol(f"z{i + 1}", real=True) for i in range(L)]
@@ -211,7 +213,7 @@ class EscapePrediction(Result):
 # =========================================================================== closed form
 
 
-def drift_constants(expr, L: int, activation: str = "relu") -> DriftConstants:
+def drift_constants(expr: str | sp.Expr, L: int, activation: str = "relu") -> DriftConstants:
     """Constants of the linearised escape ODE near m = 0 (see :class:`DriftConstants`)."""
     L = int(L)
     rep = analyze(expr, L)
@@ -250,7 +252,9 @@ def drift_constants(expr, L: int, activation: str = "relu") -> DriftConstants:
     )
 
 
-def linear_escape_steps(A, K, k, lr, d, m0, eta) -> float:
+def linear_escape_steps(
+    A: float, K: float, k: int, lr: float, d: float, m0: float, eta: float
+) -> float:
     """SGD steps nu = t d / lr for dm/dt = A m^(k-1) - (lr K / 2) m from m0 to eta (inf if the
     noise term stops it first).  Odd k uses |A| (the sign of m follows the drift)."""
     A = abs(A) if k % 2 == 1 else A
@@ -276,7 +280,7 @@ def linear_escape_steps(A, K, k, lr, d, m0, eta) -> float:
     return t * d / lr
 
 
-def linear_optimal(A, K, k, d, m0, eta) -> StepOptimum:
+def linear_optimal(A: float, K: float, k: int, d: float, m0: float, eta: float) -> StepOptimum:
     """The step size minimising :func:`linear_escape_steps`: explicit for k = 2 (lr* = A/K,
     nu* = 2 d K ln(eta/m0) / A^2), a bounded 1-D minimisation over the admissible range
     (0, lr_max) otherwise (lr_max: where the noise term cancels the drift at the start)."""
@@ -298,7 +302,13 @@ def _ratio(a, b):
 
 
 def closed_form_gains(
-    expr, L: int, d: float, eta: float, lr: float, activation: str = "relu", m0: float | None = None
+    expr: str | sp.Expr,
+    L: int,
+    d: float,
+    eta: float,
+    lr: float,
+    activation: str = "relu",
+    m0: float | None = None,
 ) -> ClosedFormGains:
     """Closed-form (linearised ODE) gains: ``gain_equal_closed`` (both at ``lr``) and
     ``gain_optimal_closed`` (each at its own optimal lr), with nu and lr of each network.
@@ -386,7 +396,13 @@ def ode_optimal(
 
 
 def ode_gains(
-    expr, L: int, d: float, eta: float, lr: float, activation: str = "relu", start: str = "fixed"
+    expr: str | sp.Expr,
+    L: int,
+    d: float,
+    eta: float,
+    lr: float,
+    activation: str = "relu",
+    start: str = "fixed",
 ) -> ODEGains:
     """Gains of the full ODE: ``gain_equal_ode`` (both at ``lr``) and ``gain_optimal_ode``
     (each network at its ODE-optimal step size, :func:`ode_optimal`).  start: "fixed" (every row
@@ -489,26 +505,26 @@ _CLOSED_KEYS = (
 
 
 def gain_curve(
-    target,
-    Ls,
+    target: str | sp.Expr | Callable[[int], str | sp.Expr],
+    Ls: Sequence[int] | int,
     *,
     simulate: bool = False,
     d: int = 1000,
     lr: float = 0.05,
-    seeds=16,
+    seeds: int | Sequence[int] = 16,
     step_rule: str = "equal",
     activation: str = "relu",
     eta: float = 0.5,
-    lrs=None,
-    lr_factors=(0.5, 0.71, 1.0, 1.41),
+    lrs: Sequence[float] | None = None,
+    lr_factors: Sequence[float] = (0.5, 0.71, 1.0, 1.41),
     max_steps: int | None = None,
     workers: int | None = None,
     progress: bool = False,
-    rng=0,
+    rng: int | np.random.Generator = 0,
     ode: bool = True,
     ode_start: str = "typical",
-    untied_norms=("rows",),
-    store=None,
+    untied_norms: Sequence[str] = ("rows",),
+    store: Store | str | Path | None = None,
 ) -> GainCurveResult:
     """The gain vs L, predicted and (optionally) simulated: one row per L.
 
@@ -687,7 +703,11 @@ def _simulate_row(row, expr, L, sim, lr_centre, seed_list, store):
 
 
 def predicted_escape(
-    target, L: int | None = None, d: float | None = None, lr=None, activation: str = "relu"
+    target: str | sp.Expr,
+    L: int | None = None,
+    d: float | None = None,
+    lr: float | None = None,
+    activation: str = "relu",
 ) -> EscapePrediction:
     """Escape-time scaling law and tied/untied gains from the Hermite data (docs/ssi.md eq. 28).
 

@@ -71,7 +71,7 @@ import sympy as sp
 
 from theory.results import Result
 from theory.rng import as_rng
-from theory.ssi.targets import parse_target
+from theory.ssi.targets import Target, parse_target
 
 __all__ = [
     "SIEReport",
@@ -739,7 +739,9 @@ def _rewrite_max_min(expr):
     return expr.replace(sp.Max, mx).replace(sp.Min, mn)
 
 
-def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL) -> _Coeffs:
+def hermite_coefficients(
+    target: str | sp.Expr | Target, max_order: int = 6, *, tol: float = DEFAULT_TOL
+) -> _Coeffs:
     """All a_alpha (coefficient of He_alpha) with |alpha| <= max_order (polynomial parts: all
     orders).  Returns the internal store (exact sympy part + numerical float part)."""
     t = parse_target(target)
@@ -827,7 +829,7 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
 HermiteCoefficients = _Coeffs
 
 
-def polynomial_coefficients(expr, L: int) -> dict[tuple, sp.Expr]:
+def polynomial_coefficients(expr: str | sp.Expr | Target, L: int) -> dict[tuple, sp.Expr]:
     """The exact non-zero a_alpha of a polynomial in z1..zL (g = sum a_alpha He_alpha): the
     coefficients the Mehler engine of ``theory.ssi.risk`` works with."""
     t = parse_target(expr, L)
@@ -872,7 +874,11 @@ class HermiteTensors(Result):
 
 
 def hermite_tensors(
-    target, max_order: int = 6, *, tol: float = DEFAULT_TOL, L: int | None = None
+    target: str | sp.Expr | Target,
+    max_order: int = 6,
+    *,
+    tol: float = DEFAULT_TOL,
+    L: int | None = None,
 ) -> HermiteTensors:
     """The Hermite tensors C_0..C_max_order of a target (docs/ssi.md eq. 21)."""
     t = parse_target(target, L)
@@ -895,7 +901,13 @@ def _orders_nonzero(store: _Coeffs, K: int) -> list[int]:
     return sorted(ks)
 
 
-def sie(target, max_order: int = 8, *, tol: float = DEFAULT_TOL, L=None) -> int | None:
+def sie(
+    target: str | sp.Expr | Target,
+    max_order: int = 8,
+    *,
+    tol: float = DEFAULT_TOL,
+    L: int | None = None,
+) -> int | None:
     """Sequence information exponent: lowest k >= 1 with C_k != 0 (searching k <= max_order;
     polynomials are searched up to their degree).  None for a constant target or when nothing is
     non-zero up to max_order (see :func:`analyze` for the message)."""
@@ -936,7 +948,9 @@ class OpNorm(Result):
     exact: bool = True
 
 
-def op_norm(C, *, restarts: int = 30, rng=0, max_iter: int = 20) -> OpNorm:
+def op_norm(
+    C: np.ndarray, *, restarts: int = 30, rng: int | np.random.Generator = 0, max_iter: int = 20
+) -> OpNorm:
     """Spectral norm max_{|u|=1} |<C, u^(x)k>| of a symmetric tensor and an exactness flag.
 
     k = 0: |C|; k = 1: Euclidean norm; k = 2: largest |eigenvalue| (exact).  k >= 3: best of
@@ -1133,7 +1147,12 @@ def gains(tied_contraction: float, op_norm: float, sie: int, L: int) -> dict[str
 
 
 def analyze(
-    target, L: int | None = None, max_order: int = 6, *, tol: float = DEFAULT_TOL, rng=0
+    target: str | sp.Expr | Target,
+    L: int | None = None,
+    max_order: int = 6,
+    *,
+    tol: float = DEFAULT_TOL,
+    rng: int | np.random.Generator = 0,
 ) -> SIEReport:
     """Full SIE analysis of a target (string or sympy expression): see the module docstring."""
     t = parse_target(target, L)

@@ -13,9 +13,9 @@ and, for the untied network with each row on its own sphere,
     dm_l/dt = -(1 - m_l^2) dR/dm_l - (gamma/2) K_l m_l,   K_l = E (dl/dz_l)^2.
 
 The published text prints the drift with the opposite sign and the noise term with gamma instead
-of gamma/2 (docs/ssi.md section 10); the form above is the one derived there and checked
-against SGD in the tests (closed-form stationary overlap m* = 1/(2 gamma - 1) of the linear
-network).
+of gamma/2 (docs/ssi.md section 10); the form above is derived in docs/ssi.md section 4 and
+checked against SGD in the tests (closed-form stationary overlap m* = 1/(2 gamma - 1) of the
+linear network).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 
 from theory.gauss import gh_rule
@@ -271,14 +272,14 @@ def _flip(fun_bool, comps, lo=0.0, hi=1.0):
     return None
 
 
-def pd_criteria(a, omega, n: int = PD_NODES) -> CriteriaResult:
+def pd_criteria(a: ArrayLike, omega: ArrayLike, n: int = PD_NODES) -> CriteriaResult:
     """The exact criteria at (a, omega) (arrays broadcast; docs/ssi.md eqs. 33-34): derivatives
     of R at the origin and at the two candidate minima, each affine in omega for fixed a."""
     c = _criteria(a, omega, n)
     return CriteriaResult(**c, a=a, omega=omega, nodes=n)
 
 
-def pd_booleans(a, omega, n: int = PD_NODES) -> ClassificationResult:
+def pd_booleans(a: ArrayLike, omega: ArrayLike, n: int = PD_NODES) -> ClassificationResult:
     """The three booleans of docs/ssi.md section 8, which candidates are minima, and the region
     index into :data:`REGIONS` (-1: neither candidate is a boundary minimum)."""
     out = _booleans(a, omega, n)
@@ -322,7 +323,12 @@ def boundaries(a: float, n: int = PD_NODES) -> BoundariesResult:
 
 
 def phase_diagram(
-    a_grid, omega_grid, n: int = PD_NODES, *, check_global: bool = False, n_disk: int = 41
+    a_grid: ArrayLike,
+    omega_grid: ArrayLike,
+    n: int = PD_NODES,
+    *,
+    check_global: bool = False,
+    n_disk: int = 41,
 ) -> PhaseDiagramResult:
     """Classify every (a, omega) of the grid: arrays (n_a, n_omega) of the three booleans, the
     candidate-minimum flags and the region index into :data:`REGIONS` (-1 = none).

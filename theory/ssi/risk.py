@@ -160,7 +160,7 @@ class SSIModel:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- student (override)
-    def student(self, z):  # pragma: no cover - abstract
+    def student(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
         """f (N, k) and df/dz (N, L, k)."""
         raise NotImplementedError
 
@@ -359,12 +359,14 @@ class SSIModel:
         return out
 
     # ---------------------------------------------------------------- public API
-    def risk(self, e=None, m=0.0) -> float:
+    def risk(self, e: float | np.ndarray | None = None, m: float | np.ndarray = 0.0) -> float:
         """Population risk R(e, m) (e in reduced coordinates; ignored without PE)."""
         _, er, mv = self._split(e, m)
         return self._raw(er, mv)["R"]
 
-    def grad(self, e=None, m=0.0):
+    def grad(
+        self, e: float | np.ndarray | None = None, m: float | np.ndarray = 0.0
+    ) -> tuple[float | np.ndarray, float | np.ndarray]:
         """(dR/de, dR/dm): dR/de scalar for one reduced coordinate (pe='opposite'), (r,) array
         otherwise ((0,) without PE); dR/dm scalar (tied/attention) or (L,) (untied)."""
         _, er, mv = self._split(e, m)
@@ -374,7 +376,9 @@ class SSIModel:
         gm = q["dRdm"] if self.untied else float(np.sum(q["dRdm"]))
         return ge, gm
 
-    def noise_K(self, e=None, m=0.0):
+    def noise_K(
+        self, e: float | np.ndarray | None = None, m: float | np.ndarray = 0.0
+    ) -> float | np.ndarray:
         """K = E sum_l (dl/dz_l)^2 (scalar), or the per-row K_l (L,) for the untied network."""
         _, er, mv = self._split(e, m)
         K = self._raw(er, mv)["K"]
@@ -392,7 +396,9 @@ class SSIModel:
             T[L:, self.r] = 1.0
         return T
 
-    def hessian(self, e=None, m=0.0, h: float = 1e-4) -> np.ndarray:
+    def hessian(
+        self, e: float | np.ndarray | None = None, m: float | np.ndarray = 0.0, h: float = 1e-4
+    ) -> np.ndarray:
         """Hessian of R in the reduced coordinates (c_1..c_r, m) (untied: (m_1..m_L)).
 
         Hermite engine: exact in the target (Stein-raised moments).  Quad engine: central
@@ -501,7 +507,7 @@ class AttentionModel(SSIModel):
             projection=proj,
         )
 
-    def student(self, z):
+    def student(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         A, dA = attention_jac(z)
         N, L = z.shape
         if self.reduction == "identity":
@@ -627,7 +633,7 @@ class TiedNetwork(SSIModel):
     def key(self) -> dict:
         return dict(kind=self.kind, L=self.L, target=self.target.key(), activation=self.activation)
 
-    def student(self, z):
+    def student(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         L = z.shape[1]
         u = z.sum(axis=1) / math.sqrt(L)
         f = self.sigma(u)
@@ -726,7 +732,7 @@ class UntiedNetwork(TiedNetwork):
         return dict(super().key(), normalisation=self.normalisation)
 
 
-def ps_model(a: float, omega: float, **kw) -> AttentionModel:
+def ps_model(a: float, omega: float, **kw: object) -> AttentionModel:
     """The positional-semantic attention model of docs/ssi.md section 8: target eq. 3 with A_a,
     L = 2, P_1 = -P_2, identity reduction."""
     return AttentionModel(

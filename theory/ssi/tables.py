@@ -19,6 +19,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from theory.gauss import gh_rule
 from theory.ssi._kernels import attention_jac, attention_scores, he_multi, multi_indices
@@ -126,7 +127,7 @@ class PSTables:
             coef = cache[key]
         return C.chebval(e, coef)
 
-    def X(self, e, m, de=0, dm=0):
+    def X(self, e: ArrayLike, m: ArrayLike, de: int = 0, dm: int = 0) -> np.ndarray:
         """d_e^de d_m^dm X(e, m) (e, m scalars or broadcastable arrays)."""
         e = np.asarray(e, float)
         m = np.asarray(m, float)
@@ -140,7 +141,9 @@ class PSTables:
             pw = j * (j - 1) * m[None] ** np.clip(j - 2, 0, None) * (j >= 2)
         return np.sum(cj * pw, axis=0)
 
-    def fast_point(self, e, m, omega, A):
+    def fast_point(
+        self, e: float, m: float, omega: float, A: np.ndarray
+    ) -> tuple[float, float, float, float]:
         """(R, dR/de, dR/dm, K) at one scalar point: one Chebyshev basis evaluation shared by
         every table (same numbers as :meth:`eval` and :meth:`K`; used by the ODE)."""
         C = self.C
@@ -197,7 +200,7 @@ class PSTables:
         )
         return 4.0 * float(val)
 
-    def K(self, e, m, omega, A):
+    def K(self, e: float, m: float, omega: float, A: np.ndarray) -> float:
         """K(e, m) = E sum_l (dl/dz_l)^2 of the positional-semantic model by Mehler's formula (order
         PS_KMAX_K): with D_l = df/dz_l, Q_ab = sum_l D_la D_lb, T_a = sum_l D_la (f.D_l),
         V = sum_l (f.D_l)^2,
@@ -207,7 +210,9 @@ class PSTables:
             self.C.chebval(float(e), self.Ktab), m, omega, np.asarray(A, float).ravel()
         )
 
-    def eval(self, e, m, omega, A, second=True):
+    def eval(
+        self, e: ArrayLike, m: ArrayLike, omega: float, A: np.ndarray, second: bool = True
+    ) -> dict[str, np.ndarray]:
         """R, dR/de (reduced e), dR/dm and (``second``) the second derivatives of the
         positional-semantic risk (a dict of arrays shaped like the broadcast of e and m)."""
         A4 = np.asarray(A, float).ravel()

@@ -230,7 +230,7 @@ def _realify(expr: sp.Expr) -> sp.Expr:
     return expr.xreplace(rep) if rep else expr
 
 
-def parse_target(expr, L: int | None = None) -> Target:
+def parse_target(expr: str | sp.Expr | Target, L: int | None = None) -> Target:
     """Parse a scalar target (string or sympy expression in z1..zL) into a :class:`Target`.
 
     ``L`` is inferred from the highest variable index when not given; a variable beyond ``L``
@@ -310,11 +310,11 @@ class SequenceTarget:
     def is_polynomial(self) -> bool:
         return False
 
-    def values(self, z) -> np.ndarray:
+    def values(self, z: np.ndarray) -> np.ndarray:
         """y at the rows of z (N, L): (N, k)."""
         raise NotImplementedError
 
-    def grad(self, z) -> np.ndarray:
+    def grad(self, z: np.ndarray) -> np.ndarray:
         """dy/dz*_l at the rows of z (N, L): (N, L, k)."""
         raise NotImplementedError
 
@@ -382,16 +382,16 @@ class Target(SequenceTarget):
             raise ValueError(f"the target expects an array of shape (N, {self.L}), got {z.shape}")
         return z
 
-    def func(self, z) -> np.ndarray:
+    def func(self, z: np.ndarray) -> np.ndarray:
         z = self._check(z)
         with np.errstate(all="ignore"):
             out = _lambdified(self.expr, self.L)[0](*[z[:, i] for i in range(self.L)])
         return np.broadcast_to(np.asarray(out, dtype=float), (z.shape[0],)).copy()
 
-    def values(self, z) -> np.ndarray:
+    def values(self, z: np.ndarray) -> np.ndarray:
         return self.func(z)[:, None]
 
-    def grad(self, z) -> np.ndarray:
+    def grad(self, z: np.ndarray) -> np.ndarray:
         z = self._check(z)
         with np.errstate(all="ignore"):
             out = _lambdified(self.expr, self.L)[1](*[z[:, i] for i in range(self.L)])
@@ -406,7 +406,7 @@ class Target(SequenceTarget):
         return _compile_njit(self.expr, self.L)
 
 
-def positional_matrix(a) -> np.ndarray:
+def positional_matrix(a: float | np.ndarray) -> np.ndarray:
     """A_a = softmax_row([[a^2, -a^2], [-a^2, a^2]]) (docs/ssi.md eq. 3); ``a`` a scalar (2, 2)
     or an array (..., 2, 2)."""
     a = np.asarray(a, dtype=float)
@@ -447,11 +447,11 @@ class PositionalSemanticTarget(SequenceTarget):
     def __repr__(self):
         return f"PositionalSemanticTarget(omega={self.omega}, a={self.a})"
 
-    def values(self, z) -> np.ndarray:
+    def values(self, z: np.ndarray) -> np.ndarray:
         S = attention_scores(z)
         return ((1.0 - self.omega) * S + self.omega * self.A).reshape(len(z), -1)
 
-    def grad(self, z) -> np.ndarray:
+    def grad(self, z: np.ndarray) -> np.ndarray:
         _, dA = attention_jac(z)  # (N, L, L, L) [i, j, l]
         return (1.0 - self.omega) * np.moveaxis(dA, 3, 1).reshape(len(z), self.L, -1)
 
@@ -461,7 +461,7 @@ class PositionalSemanticTarget(SequenceTarget):
         return dict(kind="positional_semantic", omega=self.omega, A=self.A.tolist(), L=self.L)
 
 
-def as_target(target, L: int | None = None) -> SequenceTarget:
+def as_target(target: str | sp.Expr | SequenceTarget, L: int | None = None) -> SequenceTarget:
     """The one coercion of user input into a target: a :class:`SequenceTarget` is checked against
     ``L`` (an expression target is re-read for another L), anything else goes to
     :func:`parse_target`."""

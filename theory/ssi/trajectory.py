@@ -51,7 +51,7 @@ class Trajectory(Result):
     eta: float = 0.0
 
 
-def classify_minimum(e, m) -> str:
+def classify_minimum(e: float | np.ndarray, m: float) -> str:
     """Which minimum a final point (e, m) sits in: "semantic" within 15 degrees of the m axis,
     "positional" within 15 degrees of the e axis (each with ||(e, m)|| >= 0.5), else "other"
     (also for a non-finite point)."""

@@ -164,7 +164,7 @@ def fig_trajectories(out_dir, quick):
 
 
 def _trajectory_attention(ax, out_dir, quick, numbers):
-    """Spec-6 attention model (a = 1, omega = 0.5): e(t) and m(t), ODE vs SGD."""
+    """Positional-semantic attention model (a = 1, omega = 0.5): e(t) and m(t), ODE vs SGD."""
     a, om, lr = 1.0, 0.5, 0.05
     d = 5000 if quick else 20_000
     n_seeds = 6 if quick else 16

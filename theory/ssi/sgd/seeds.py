@@ -8,8 +8,10 @@ from what is on disk.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +58,7 @@ def _key(model, d, lr, seed, reduced, kw) -> dict:
     )
 
 
-def load_results(store) -> dict[int, SGDResult]:
+def load_results(store: Store | str | Path) -> dict[int, SGDResult]:
     """The runs kept in a store written by :func:`simulate_seeds` (a :class:`theory.store.Store`
     or its path) -> {seed: SGDResult} (the last run per seed: meant for a store that holds one
     configuration)."""
@@ -73,13 +75,13 @@ def simulate_seeds(
     model: SSIModel,
     d: int,
     lr: float,
-    seeds,
+    seeds: Iterable[int],
     *,
     reduced: bool = False,
     workers: int | None = None,
     progress: bool = True,
-    store=None,
-    **kwargs,
+    store: Store | str | Path | None = None,
+    **kwargs: Any,
 ) -> list[SGDResult]:
     """Run :func:`theory.ssi.simulate_sgd` (or the exact reduced chain with ``reduced=True``)
     for every seed.
@@ -132,7 +134,7 @@ def simulate_seeds(
     return [results[s] for s in seeds]
 
 
-def seeds_from(rng, n: int) -> list[int]:
+def seeds_from(rng: int | np.random.Generator, n: int) -> list[int]:
     """n independent integer seeds drawn from ``rng``."""
     g = as_rng(rng)
     return [seed_int(g) for _ in range(int(n))]
