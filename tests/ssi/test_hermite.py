@@ -115,7 +115,7 @@ def test_njit_func_matches_numpy():
     np.testing.assert_allclose([f(zz) for zz in z], t.func(z), rtol=1e-13, atol=1e-14)
 
 
-# --------------------------------------------------------------------------- spec table
+# --------------------------------------------------------------------------- worked examples
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_njit_func_matches_numpy():
         ("z1**2 - z2**2", 2, 2, False),
     ],
 )
-def test_spec_table(expr, L, k, learnable):
+def test_worked_examples_table(expr, L, k, learnable):
     rep = analyze(expr)
     assert isinstance(rep, SIEReport)
     assert rep.L == L and rep.sie == k and rep.exact

@@ -129,27 +129,27 @@ def test_one_reduced_step_equals_decomposed_full_step(head, act, L, kout, untied
 
 def test_random_start_has_the_uniform_sphere_law():
     """m0 of a uniform point of the sqrt(d)-sphere: m0^2 ~ Beta(1/2, (d-1)/2)."""
-    spec = TiedNetwork(z1 * z2, L=2, activation="square")
+    model = TiedNetwork(z1 * z2, L=2, activation="square")
     d = 15
-    m0 = np.array([simulate_reduced(spec, d, 0.1, s, steps=0).m[0] for s in range(400)])
+    m0 = np.array([simulate_reduced(model, d, 0.1, s, steps=0).m[0] for s in range(400)])
     # KS p-value threshold 1e-3: a correct sampler fails with probability 0.1%
     assert stats.kstest(m0**2, stats.beta(0.5, (d - 1) / 2).cdf).pvalue > 1e-3
 
 
-def _escape_steps(f, spec, d, lr, seeds, **kw):
+def _escape_steps(f, model, d, lr, seeds, **kw):
     out = []
     for s in seeds:
-        r = f(spec, d, lr, s, **kw)
+        r = f(model, d, lr, s, **kw)
         out.append(r.steps_escape if r.steps_escape is not None else np.inf)
     return np.array(out, dtype=float)
 
 
-def _assert_same_escape_law(name, spec, d, lr, n, **kw):
+def _assert_same_escape_law(name, model, d, lr, n, **kw):
     """Escape steps of n full-d SGD runs and n reduced-chain runs (other seeds) have the same
     law: two-sample KS p > 1e-3 (a correct chain fails with probability 0.1 %) and means within
     4 combined standard errors."""
-    full = _escape_steps(simulate_sgd, spec, d, lr, range(n), **kw)
-    red = _escape_steps(simulate_reduced, spec, d, lr, range(1000, 1000 + n), **kw)
+    full = _escape_steps(simulate_sgd, model, d, lr, range(n), **kw)
+    red = _escape_steps(simulate_reduced, model, d, lr, range(1000, 1000 + n), **kw)
     assert np.all(np.isfinite(full)) and np.all(np.isfinite(red))
     p = stats.ks_2samp(full, red).pvalue
     assert p > 1e-3, (name, p, full.mean(), red.mean())
@@ -158,7 +158,7 @@ def _assert_same_escape_law(name, spec, d, lr, n, **kw):
 
 
 @pytest.mark.parametrize(
-    "name,spec,d,lr,kw",
+    "name,model,d,lr,kw",
     [
         (
             "tied SIE-2 product target, random start",
@@ -184,21 +184,21 @@ def _assert_same_escape_law(name, spec, d, lr, n, **kw):
     ],
 )
 @pytest.mark.parametrize("fast", [True, False], ids=["block-generator", "scalar-generator"])
-def test_escape_step_distribution_full_vs_reduced(name, spec, d, lr, kw, fast, monkeypatch):
+def test_escape_step_distribution_full_vs_reduced(name, model, d, lr, kw, fast, monkeypatch):
     """Both full-d kernels (the SIMD block generator + fused passes, forced here at small d, and
     the scalar per-draw generator) against the exact reduced chain."""
     from theory.ssi.sgd import full as sgd_mod
 
     monkeypatch.setattr(sgd_mod, "FAST_MIN_D", 0 if fast else 10**9)
     n = 120
-    _assert_same_escape_law(name, spec, d, lr, n, **kw)
+    _assert_same_escape_law(name, model, d, lr, n, **kw)
 
 
 def test_reduced_cost_does_not_grow_with_d():
     """Same seed, d = 10^3 vs 10^6: the chain runs (no d-sized arrays) and the escape of the
     realisable linear target takes ~ sqrt(d)-scaled steps (m0 ~ 1/sqrt(d), drift O(1/d))."""
-    spec = TiedNetwork((z1 + z2) / sp.sqrt(2), L=2, activation="linear")
-    r = simulate_reduced(spec, 10**6, 0.5, 0, m0=1e-3, eta=2e-3, t_margin=0.0, margin=0.0)
+    model = TiedNetwork((z1 + z2) / sp.sqrt(2), L=2, activation="linear")
+    r = simulate_reduced(model, 10**6, 0.5, 0, m0=1e-3, eta=2e-3, t_margin=0.0, margin=0.0)
     assert r.status == "converged"
     # ODE: m' = 2 (1 - m^2) - noise ~ 2 near 0 -> t = 1e-3 / 2, steps = t d / gamma = 1000
     # (noise term gamma/2 K m ~ 1e-3 relative): within 20% (diffusion ~ sqrt(nu) gamma/d)
@@ -206,7 +206,7 @@ def test_reduced_cost_does_not_grow_with_d():
 
 
 @pytest.mark.parametrize(
-    "name,spec,lr,kw",
+    "name,model,lr,kw",
     [
         (
             "tied SIE-2 product target, random start",
@@ -222,14 +222,14 @@ def test_reduced_cost_does_not_grow_with_d():
         ),
     ],
 )
-def test_escape_step_distribution_full_vs_reduced_d64(name, spec, lr, kw):
+def test_escape_step_distribution_full_vs_reduced_d64(name, model, lr, kw):
     """d = 64: the default full simulator (block generator, no forcing; rows padded 64 -> 128)
     against the exact reduced chain, ~4e3 / ~2.4e4 steps per run."""
     from theory.ssi.sgd import full as sgd_mod
 
     d, n = 64, 120
     assert d >= sgd_mod.FAST_MIN_D
-    _assert_same_escape_law(name, spec, d, lr, n, **kw)
+    _assert_same_escape_law(name, model, d, lr, n, **kw)
 
 
 def _numpy_flat_untied_escapes(L, d, lr, eta, n_runs, max_steps, rng):

@@ -157,8 +157,8 @@ def test_one_full_step_against_explicit_gradient():
 
 
 def test_linear_tied_network_recovers_and_reports():
-    spec = TiedNetwork((z1 + z2) / sp.sqrt(2), L=2, activation="linear")
-    r = simulate_sgd(spec, 100, 0.1, 0, n_record=50)
+    model = TiedNetwork((z1 + z2) / sp.sqrt(2), L=2, activation="linear")
+    r = simulate_sgd(model, 100, 0.1, 0, n_record=50)
     assert r.status == "converged"
     assert r.steps_escape is not None and r.steps_escape > 0
     assert r.t_escape == pytest.approx(r.steps_escape * 0.1 / 100)
@@ -169,11 +169,11 @@ def test_linear_tied_network_recovers_and_reports():
 
 
 def test_invalid_inputs_raise_value_error():
-    spec = TiedNetwork(z1 * z2, L=2, activation="relu")
+    model = TiedNetwork(z1 * z2, L=2, activation="relu")
     with pytest.raises(ValueError, match="lr"):
-        simulate_sgd(spec, 50, -1.0, 0, steps=10)
+        simulate_sgd(model, 50, -1.0, 0, steps=10)
     with pytest.raises(ValueError, match="too small"):
-        simulate_sgd(spec, 2, 0.1, 0, steps=10)
+        simulate_sgd(model, 2, 0.1, 0, steps=10)
     with pytest.raises(ValueError, match="activation"):
         simulate_sgd(TiedNetwork(z1, L=2, activation="nope"), 50, 0.1, 0)
     with pytest.raises(ValueError, match="matrix target"):
@@ -181,25 +181,25 @@ def test_invalid_inputs_raise_value_error():
 
 
 def test_seeds_in_parallel_and_resume(tmp_path):
-    spec = TiedNetwork(z1 * z2, L=2, activation="square")
+    model = TiedNetwork(z1 * z2, L=2, activation="square")
     out = tmp_path / "runs.jsonl"
     seeds = [1, 2, 3]
     res = simulate_seeds(
-        spec, 30, 0.2, seeds, reduced=True, workers=2, progress=False, store=out, steps=2000
+        model, 30, 0.2, seeds, reduced=True, workers=2, progress=False, store=out, steps=2000
     )
     assert [r.seed for r in res] == seeds
     assert len(out.read_text().splitlines()) == 3
     # same seed -> same trajectory (per-seed determinism, whatever the process)
-    again = simulate_seeds(spec, 30, 0.2, [2], reduced=True, workers=1, progress=False, steps=2000)[
-        0
-    ]
+    again = simulate_seeds(
+        model, 30, 0.2, [2], reduced=True, workers=1, progress=False, steps=2000
+    )[0]
     np.testing.assert_allclose(again.m, res[1].m)
     # resume: nothing re-run, results read back from disk
     loaded = load_results(out)
     assert sorted(loaded) == seeds
     np.testing.assert_allclose(loaded[3].m, res[2].m)
     res2 = simulate_seeds(
-        spec, 30, 0.2, seeds + [4], reduced=True, workers=1, progress=False, store=out, steps=2000
+        model, 30, 0.2, seeds + [4], reduced=True, workers=1, progress=False, store=out, steps=2000
     )
     assert len(out.read_text().splitlines()) == 4
     np.testing.assert_allclose(res2[0].m, res[0].m)
@@ -388,10 +388,10 @@ def test_fast_kernel_matches_the_reference_kernel(head, act, L, kout, untied, B,
 
 
 def test_simulate_sgd_is_reproducible_per_seed():
-    spec = ps_model(1.0, 0.5)
-    a = simulate_sgd(spec, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
-    b = simulate_sgd(spec, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
-    c = simulate_sgd(spec, 200, 0.05, 4, steps=3000, n_record=10, start="origin")
+    model = ps_model(1.0, 0.5)
+    a = simulate_sgd(model, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
+    b = simulate_sgd(model, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
+    c = simulate_sgd(model, 200, 0.05, 4, steps=3000, n_record=10, start="origin")
     np.testing.assert_array_equal(a.m, b.m)
     np.testing.assert_array_equal(a.e, b.e)
     assert not np.array_equal(a.m, c.m)

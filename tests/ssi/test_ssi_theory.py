@@ -8,6 +8,7 @@ import pytest
 
 from theory import ssi
 from theory.ssi._kernels import attention_jac, attention_scores
+from theory.ssi.targets import positional_weight
 
 SQ2PI = math.sqrt(2 * math.pi)
 
@@ -88,7 +89,7 @@ def test_reduced_gradient_is_directional_derivative():
     assert model.grad(e, m)[1] == pytest.approx(fdm, abs=1e-7)
 
 
-def test_flatness_spec_example_kappa_4_to_2():
+def test_flatness_published_example_kappa_4_to_2():
     tgt = "4/3 + He4(z1) + 2*He4(z2)"
     f0 = ssi.flatness(ssi.AttentionModel(tgt, 2, pe="none", reduction="trace"))
     k0, H0 = f0.kappa, f0.hessian
@@ -252,7 +253,7 @@ def test_chebyshev_moment_tables_match_direct_sums():
             assert np.allclose(a[k], b[k], rtol=0, atol=1e-7 * np.abs(b[k]).max())
 
 
-def test_spec6_noise_K_mehler_vs_independent_integrals():
+def test_positional_semantic_noise_K_mehler_vs_independent_integrals():
     # at m = 0, xi and z are independent: K = 4 E_z[sum_l D_l^T E_xi[(g - f)(g - f)^T] D_l],
     # a 2-D integral (200^2 GH nodes), computed here without the Mehler tables
     from theory.gauss import gh_rule
@@ -326,3 +327,16 @@ def test_ps_fast_point_equals_table_evaluation():
         R, Re, Rm, K = tb.fast_point(e, m, 0.6, A)
         assert (R, Re, Rm) == pytest.approx((v["R"], v["Re"], v["Rm"]), abs=1e-13)
         assert K == pytest.approx(tb.K(e, m, 0.6, A), abs=1e-13)
+
+
+def test_positional_matrix_is_the_row_softmax_of_its_definition():
+    # A_a = softmax_row([[a^2, -a^2], [-a^2, a^2]]): the written-out form must give the same
+    # numbers as the generic row softmax (the simulations and the theory share it)
+    from theory.ssi._kernels import softmax_rows
+
+    a = np.concatenate([np.linspace(0.01, 3.0, 301), [0.76, 1.0]])
+    M = np.stack([np.stack([a * a, -a * a], -1), np.stack([-a * a, a * a], -1)], -2)
+    np.testing.assert_array_equal(ssi.positional_matrix(a), softmax_rows(M))
+    np.testing.assert_array_equal(ssi.positional_matrix(a)[:, 0, 0], positional_weight(a))
+    np.testing.assert_allclose(ssi.positional_matrix(a).sum(axis=-1), 1.0, rtol=0, atol=1e-15)
+    assert ssi.positional_matrix(1.0)[0, 0] == pytest.approx(1 / (1 + math.exp(-2)), rel=1e-15)

@@ -1,7 +1,8 @@
 """Paper 2 (Arnaboldi, Loureiro, Stephan, Krzakala, Zdeborova): online SGD in sequence
 single-index (SSI) models and single-layer tied attention.  The mathematics: docs/ssi.md.
 
-The public surface (each name lives in one module):
+The public surface (each name lives in one module, imported on first use, so that ``theory sie``
+does not pay for numba and the risk engines):
 
 * the target language -- ``parse_target``, ``as_target``, ``Target``,
   ``PositionalSemanticTarget``, ``positional_matrix`` (``theory.ssi.targets``);
@@ -24,73 +25,67 @@ The public surface (each name lives in one module):
 
 from __future__ import annotations
 
-from theory.ssi.flatness import FlatnessResult, flatness
-from theory.ssi.gain import drift_constants, gain_curve, predicted_escape
-from theory.ssi.hermite import SIEReport, analyze, gains, hermite_tensors, op_norm, sie
-from theory.ssi.ode import ODEResult, integrate_ode, rhs
-from theory.ssi.phase_diagram import (
-    REGIONS,
-    boundaries,
-    landscape,
-    pd_booleans,
-    pd_criteria,
-    phase_diagram,
-)
-from theory.ssi.risk import AttentionModel, SSIModel, TiedNetwork, UntiedNetwork, ps_model
-from theory.ssi.sgd.driver import SGDResult
-from theory.ssi.sgd.full import simulate_sgd
-from theory.ssi.sgd.reduced import simulate_reduced
-from theory.ssi.sgd.seeds import load_results, seeds_from, simulate_seeds
-from theory.ssi.tables import ps_tables
-from theory.ssi.targets import (
-    PositionalSemanticTarget,
-    SequenceTarget,
-    Target,
-    as_target,
-    parse_target,
-    positional_matrix,
-)
-from theory.ssi.trajectory import Trajectory, classify_minimum
+import importlib
+import sys
+import types
 
-__all__ = [
-    "SequenceTarget",
-    "Target",
-    "PositionalSemanticTarget",
-    "parse_target",
-    "as_target",
-    "positional_matrix",
-    "SIEReport",
-    "analyze",
-    "sie",
-    "hermite_tensors",
-    "op_norm",
-    "gains",
-    "SSIModel",
-    "AttentionModel",
-    "TiedNetwork",
-    "UntiedNetwork",
-    "ps_model",
-    "ps_tables",
-    "Trajectory",
-    "classify_minimum",
-    "ODEResult",
-    "rhs",
-    "integrate_ode",
-    "FlatnessResult",
-    "flatness",
-    "REGIONS",
-    "boundaries",
-    "phase_diagram",
-    "landscape",
-    "pd_criteria",
-    "pd_booleans",
-    "SGDResult",
-    "simulate_sgd",
-    "simulate_reduced",
-    "simulate_seeds",
-    "load_results",
-    "seeds_from",
-    "gain_curve",
-    "predicted_escape",
-    "drift_constants",
-]
+_HOME = {
+    "targets": (
+        "SequenceTarget",
+        "Target",
+        "PositionalSemanticTarget",
+        "parse_target",
+        "as_target",
+        "positional_matrix",
+    ),
+    "hermite": ("SIEReport", "analyze", "sie", "hermite_tensors", "op_norm", "gains"),
+    "risk": ("SSIModel", "AttentionModel", "TiedNetwork", "UntiedNetwork", "ps_model"),
+    "tables": ("ps_tables",),
+    "trajectory": ("Trajectory", "classify_minimum"),
+    "ode": ("ODEResult", "rhs", "integrate_ode"),
+    "flatness": ("FlatnessResult", "flatness"),
+    "phase_diagram": (
+        "REGIONS",
+        "boundaries",
+        "phase_diagram",
+        "landscape",
+        "pd_criteria",
+        "pd_booleans",
+    ),
+    "gain": ("gain_curve", "predicted_escape", "drift_constants"),
+    "sgd.driver": ("SGDResult",),
+    "sgd.full": ("simulate_sgd",),
+    "sgd.reduced": ("simulate_reduced",),
+    "sgd.seeds": ("simulate_seeds", "load_results", "seeds_from"),
+}
+_WHERE = {name: mod for mod, names in _HOME.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'theory.ssi' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"theory.ssi.{mod}"), name)
+    setattr(sys.modules[__name__], name, value)
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """Two modules share their name with the function they define (``flatness``,
+    ``phase_diagram``).  Importing such a module binds the module as an attribute of the package;
+    this keeps the public name pointing at the function (``theory.ssi.flatness`` is the function,
+    ``from theory.ssi.flatness import FlatnessResult`` still reads the module)."""
+
+    def __setattr__(self, name, value):
+        if name in _WHERE and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -24,7 +24,7 @@ from theory.gauss import gh_rule
 from theory.results import Result
 from theory.ssi._kernels import attention_jac
 from theory.ssi.tables import PSTables, ps_tables
-from theory.ssi.targets import positional_matrix
+from theory.ssi.targets import positional_matrix, positional_weight
 
 __all__ = [
     "REGIONS",
@@ -186,7 +186,7 @@ def _criteria(a, omega, n: int = PD_NODES) -> dict:
     b = _blocks(n)
     a = np.asarray(a, dtype=float)
     om = np.asarray(omega, dtype=float)
-    p = positional_matrix(a)[..., 0, 0]
+    p = positional_weight(a)
 
     def dotA(M):  # <A_a, M> for A_a = [[p, 1-p], [1-p, p]] (rows sum to 1)
         return p * (M[0, 0] + M[1, 1]) + (1 - p) * (M[0, 1] + M[1, 0])

@@ -37,7 +37,7 @@ import sympy as sp
 from sympy.core.function import AppliedUndef
 
 from theory._util import check_unit_interval
-from theory.ssi._kernels import attention_jac, attention_scores, softmax_rows
+from theory.ssi._kernels import attention_jac, attention_scores
 
 __all__ = [
     "SequenceTarget",
@@ -46,6 +46,7 @@ __all__ = [
     "parse_target",
     "as_target",
     "positional_matrix",
+    "positional_weight",
 ]
 
 _VAR_RE = re.compile(r"^z(\d+)$")
@@ -406,13 +407,21 @@ class Target(SequenceTarget):
         return _compile_njit(self.expr, self.L)
 
 
+def positional_weight(a: float | np.ndarray) -> np.ndarray:
+    """The diagonal entry p = 1 / (1 + exp(-2 a^2)) of A_a (:func:`positional_matrix`)."""
+    a = np.asarray(a, dtype=float)
+    return 1.0 / (1.0 + np.exp(-2 * a * a))
+
+
 def positional_matrix(a: float | np.ndarray) -> np.ndarray:
     """A_a = softmax_row([[a^2, -a^2], [-a^2, a^2]]) (docs/ssi.md eq. 3); ``a`` a scalar (2, 2)
-    or an array (..., 2, 2)."""
+    or an array (..., 2, 2).  Written out: with e = exp(-2 a^2), the rows are
+    (1, e) / (1 + e) and (e, 1) / (1 + e) -- the same floating-point operations as the row
+    softmax, so the numbers are identical to ``softmax_rows``."""
     a = np.asarray(a, dtype=float)
-    a2 = a * a
-    M = np.stack([np.stack([a2, -a2], -1), np.stack([-a2, a2], -1)], -2)
-    return softmax_rows(M)
+    e = np.exp(-2 * a * a)
+    p, q = 1.0 / (1.0 + e), e / (1.0 + e)
+    return np.stack([np.stack([p, q], -1), np.stack([q, p], -1)], -2)
 
 
 class PositionalSemanticTarget(SequenceTarget):
