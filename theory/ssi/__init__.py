@@ -37,6 +37,7 @@ _HOME = {
         "parse_target",
         "as_target",
         "positional_matrix",
+        "positional_weight",
     ),
     "hermite": ("SIEReport", "analyze", "sie", "hermite_tensors", "op_norm", "gains"),
     "risk": ("SSIModel", "AttentionModel", "TiedNetwork", "UntiedNetwork", "ps_model"),
