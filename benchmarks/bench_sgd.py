@@ -226,7 +226,7 @@ def main(argv=None):
             LR,
             1,
             steps=n,
-            n_record=20,  # noqa: E731
+            n_record=20,
             start="origin",
         )
         ours = rate(run, 10 * nb)

@@ -19,6 +19,7 @@ from theory.ssi import (
     simulate_sgd,
 )
 from theory.ssi._kernels import ACTIVATION_CODES as CODES
+from theory.ssi.sgd import _blocknormal as BN
 from theory.ssi.sgd import _kernels as K
 
 z1, z2 = sp.symbols("z1 z2", real=True)
@@ -262,8 +263,6 @@ def test_figures_registry():
 
 
 # ----------------------------------------------------------------- block generator + fast kernel
-
-from theory.ssi.sgd import _blocknormal as BN  # noqa: E402
 
 
 def test_block_ziggurat_tables_are_the_equal_area_ziggurat():

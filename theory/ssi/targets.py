@@ -289,7 +289,7 @@ def _compile_njit(expr: sp.Expr, L: int):
     src = f"def _g(_z):\n    return float({body})\n"
     ns: dict[str, Any] = {"math": math}
     try:
-        exec(compile(src, "<theory.ssi.hermite target>", "exec"), ns)  # noqa: S102
+        exec(compile(src, "<theory.ssi.targets target>", "exec"), ns)
         fn = numba.njit(ns["_g"])
         fn(np.zeros(L))
     except Exception as exc:
