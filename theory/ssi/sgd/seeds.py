@@ -7,6 +7,7 @@ from what is on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -32,7 +33,9 @@ def _job(args):
 
 
 def _result_from_row(row: dict) -> SGDResult:
-    row = {k: v for k, v in row.items() if k != "history"}
+    # a stored row holds its key's fields too (theory.store.Store): keep the result's own
+    fields = {f.name for f in dataclasses.fields(SGDResult)} - {"history"}
+    row = {k: v for k, v in row.items() if k in fields}
     for key in ("t", "e", "m", "risk", "m_rows"):
         if row.get(key) is not None:
             row[key] = np.array(row[key], dtype=float)  # JSON null (a NaN) -> NaN
