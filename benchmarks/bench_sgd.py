@@ -1,22 +1,23 @@
-"""Speed of the online SGD simulators (issue 4).
+"""Speed of the online SGD simulators.
 
     python benchmarks/bench_sgd.py [--quick]
 
 Model: attention, L = 2, P_1 = -P_2, identity reduction, positional-semantic target
 (omega = 0.5, a = 1), gamma = 0.05 -- the reference setting of the phase-diagram runs.
 
-* full d-dimensional SGD (theory.ssi.sgd.simulate.simulate_sgd, numba) vs a per-sample
+* full d-dimensional SGD (theory.ssi.simulate_sgd, numba) vs a per-sample
   PyTorch-style loop written with numpy (fresh X each step, forward, hand backward through the
   softmax, spherical renormalisation, overlaps) at d = 1000 and 10^4;
-* the exact reduced chain (theory.ssi.sgd.reduced.simulate_reduced) at d = 10^3 and 10^6
+* the exact reduced chain (theory.ssi.simulate_reduced) at d = 10^3 and 10^6
   (steps per second, should not depend on d), same model, and the tied ReLU network.
 
 Numba compilation is excluded (one warm-up call); every rate is the best of 3 runs (the machine
 is shared).  The baseline draws its Gaussians with numpy (PCG64 + ziggurat).  "numba" is the
-default simulator: for d >= 64 the SIMD block generator (theory.ssi.sgd._blocknormal: 64
-xoshiro256** lanes + 2048-layer ziggurat) inside the fused kernel ``full_chunk_fast``; "scalar
-kernel" is the previous kernel (scalar xoshiro256** + 128-layer ziggurat of theory.gauss, one
-draw at a time; still used below d = 64); "numba + numpy G" feeds the reference kernel with
+default simulator: for d >= 32 (theory.ssi.sgd.full.FAST_MIN_D) the SIMD block generator
+(theory.ssi.sgd._blocknormal: 64 xoshiro256** lanes + 2048-layer ziggurat) inside the fused
+kernel ``full_chunk_fast``; "scalar
+kernel" is the scalar kernel (scalar xoshiro256** + 128-layer ziggurat of theory.rng, one
+draw at a time; used below FAST_MIN_D); "numba + numpy G" feeds the reference kernel with
 numpy-drawn chunks.  Both simulators draw L d fresh Gaussians per step, so the floor is the
 Gaussian generation: the first table measures it (ns per draw, per-step cost).  Single thread
 throughout (a trajectory is sequential; seeds are spread over processes by simulate_seeds).
@@ -33,9 +34,8 @@ import numpy as np
 import sympy as sp
 
 from theory.rng import xoshiro_state
+from theory.ssi import TiedNetwork, positional_matrix, ps_model, simulate_reduced, simulate_sgd
 from theory.ssi.sgd import _blocknormal as _BN
-from theory.ssi.sgd.reduced import simulate_reduced
-from theory.ssi.sgd.simulate import SimSpec, ps_matrix, simulate_sgd
 
 OMEGA, A, LR = 0.5, 1.0, 0.05
 
@@ -50,7 +50,7 @@ def baseline_loop(d, n_steps, seed=0):
     P = np.stack([p, -p])
     w = rng.standard_normal(d)
     w *= math.sqrt(d) / np.linalg.norm(w)
-    Aa = ps_matrix(A)
+    Aa = positional_matrix(A)
     for _ in range(n_steps):
         X = rng.standard_normal((L, d)) / math.sqrt(d)
         zs = X @ wstar
@@ -141,7 +141,7 @@ def floor_row(d, L=2):
     # long enough to amortise the kernel's scratch allocation)
     m = max(50, 2_000_000 // (L * d))
     zs = rng.standard_normal((m, L))
-    Y = np.tile(ps_matrix(A).ravel(), (m, 1))
+    Y = np.tile(positional_matrix(A).ravel(), (m, 1))
     Rm = np.zeros((L, L))
 
     def fast():
@@ -197,18 +197,18 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer steps (noisier numbers)")
     args = ap.parse_args(argv)
     scale = 0.2 if args.quick else 1.0
-    from theory.ssi.sgd import simulate as sgd_mod
+    from theory.ssi.sgd import full as sgd_mod
 
-    spec = SimSpec(kind="attention", L=2, target=("ps", OMEGA, A), pe="opposite")
+    model = ps_model(A, OMEGA)
     # warm-up (compilation) of the three kernels
-    simulate_sgd(spec, 200, LR, 0, steps=50, n_record=5)
+    simulate_sgd(model, 200, LR, 0, steps=50, n_record=5)
     sgd_mod.FAST_MIN_D, fast_min = 10**12, sgd_mod.FAST_MIN_D
-    simulate_sgd(spec, 200, LR, 0, steps=50, n_record=5)
+    simulate_sgd(model, 200, LR, 0, steps=50, n_record=5)
     sgd_mod.FAST_MIN_D = fast_min
     sgd_mod._FullState.kernel_rng = False
-    simulate_sgd(spec, 200, LR, 0, steps=50, n_record=5)
+    simulate_sgd(model, 200, LR, 0, steps=50, n_record=5)
     sgd_mod._FullState.kernel_rng = True
-    simulate_reduced(spec, 50, LR, 0, steps=50, n_record=5)
+    simulate_reduced(model, 50, LR, 0, steps=50, n_record=5)
 
     floor_table()
     print("full d-dimensional SGD, attention L=2 (steps/s; measured, compile excluded, best of 3)")
@@ -221,12 +221,12 @@ def main(argv=None):
         nb = int(20000 * scale * 1000 / d) + 200
         base = rate(lambda n, d=d: baseline_loop(d, n), nb)
         run = lambda n, d=d: simulate_sgd(
-            spec,
+            model,
             d,
             LR,
             1,
             steps=n,
-            n_record=20,  # noqa: E731
+            n_record=20,
             start="origin",
         )
         ours = rate(run, 10 * nb)
@@ -247,15 +247,10 @@ def main(argv=None):
         )
     print("\nreduced chain (steps/s; independent of d)")
     z1, z2 = sp.symbols("z1 z2", real=True)
-    tied = SimSpec(
-        kind="tied",
-        L=2,
-        target=("expr", sp.expand((z1**2 - 1 + z2**2 - 1) / sp.sqrt(2))),
-        activation="relu",
-    )
+    tied = TiedNetwork(sp.expand((z1**2 - 1 + z2**2 - 1) / sp.sqrt(2)), L=2, activation="relu")
     simulate_reduced(tied, 50, LR, 0, steps=50, n_record=5)
     n = int(2_000_000 * scale)
-    for name, sp_ in (("attention PS target", spec), ("tied ReLU, sum He2", tied)):
+    for name, sp_ in (("attention PS target", model), ("tied ReLU, sum He2", tied)):
         for d in (1000, 10**6):
             r = rate(
                 lambda k, s_=sp_, d=d: simulate_reduced(

@@ -1,17 +1,17 @@
-"""Speed and convergence of the SGD theory (theory.ssi.model).
+"""Speed and convergence of the SGD theory (theory.ssi: phase diagram, tables, ODE).
 
     python benchmarks/bench_sgd_theory.py           # full (includes slow baselines, ~2-4 min)
     python benchmarks/bench_sgd_theory.py --quick   # no baselines
 
 Prints:
-1. the 200 x 200 spec-6 phase diagram (exact 2-D criteria + Brent boundaries on 31 values of a)
-   against the baseline of classifying each grid point with direct 4-D Gauss-Hermite
-   derivatives (n = 28 per axis, which is still ~1e-3 off, see the convergence table), timed on
-   one point and extrapolated to the grid;
+1. the 200 x 200 phase diagram of the positional-semantic model (exact 2-D criteria + Brent
+   boundaries on 31 values of a) against the baseline of classifying each grid point with
+   direct 4-D Gauss-Hermite derivatives (n = 28 per axis, which is still ~1e-3 off, see the
+   convergence table), timed on one point and extrapolated to the grid;
 2. the node convergence of the exact criteria at (a, omega) = (1, 0.67);
-3. ODE trajectories to convergence (hermite engine: tied network; attention with PE; spec-6
-   "ps" engine) against the same ODE driven by the direct 4-D quadrature engine (scrambled
-   Sobol 2^16 points for the relu network, tensor GH 16^4 for attention).
+3. ODE trajectories to convergence (hermite engine: tied network; attention with PE; the
+   positional-semantic "ps" engine) against the same ODE driven by the direct 4-D quadrature
+   engine (scrambled Sobol 2^16 points for the relu network, tensor GH 16^4 for attention).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import time
 
 import numpy as np
 
-from theory.ssi import model as ssi
+from theory import ssi
+from theory.ssi.phase_diagram import _blocks
 
 
 def _t(fn, *a, **k):
@@ -32,16 +33,16 @@ def _t(fn, *a, **k):
 
 def bench_phase(quick: bool):
     print("## 1. phase diagram 200 x 200 (a in [0.7, 1], omega in [0.4, 1])")
-    ssi.pd_blocks.cache_clear()
+    _blocks.cache_clear()
     ag, wg = np.linspace(0.7, 1.0, 200), np.linspace(0.4, 1.0, 200)
-    tb, _ = _t(ssi.pd_blocks)
+    tb, _ = _t(_blocks)
     tg, pdg = _t(ssi.phase_diagram, ag, wg)
     tbd, _ = _t(lambda: [ssi.boundaries(a) for a in np.linspace(0.7, 1.0, 31)])
     print(
         f"building blocks (2-D GH 200^2): {tb:.2f} s; grid classification: {tg:.3f} s; "
         f"boundaries on 31 a-values (Brent): {tbd:.2f} s; total {tb + tg + tbd:.2f} s"
     )
-    counts = {n: int(np.sum(pdg["region"] == i)) for i, n in enumerate(ssi.REGIONS)}
+    counts = {n: int(np.sum(pdg.region == i)) for i, n in enumerate(ssi.REGIONS)}
     print("region counts:", counts)
     if not quick:
         model = ssi.ps_model(1.0, 0.67, engine="quad", n=28)
@@ -78,8 +79,8 @@ def bench_convergence():
     print("|---" * (len(keys) + 1) + "|")
     for n in (50, 100, 150, 200, 300):
         c = ssi.pd_criteria(1.0, 0.67, n)
-        print(f"| {n} | " + " | ".join(f"{float(c[k]):.10f}" for k in keys) + " |")
-    b = ssi.boundaries(1.0)
+        print(f"| {n} | " + " | ".join(f"{float(getattr(c, k)):.10f}" for k in keys) + " |")
+    b = ssi.boundaries(1.0).row()
     print("boundaries at a = 1:", {k: round(v, 10) for k, v in b.items() if k.startswith("omega")})
 
 
@@ -89,8 +90,8 @@ def bench_tables():
     ssi.ps_tables.cache_clear()
     t_load, _ = _t(ssi.ps_tables)
     print(
-        f"\nspec-6 Mehler/Chebyshev tables: build {t_build:.1f} s, load from the disk cache "
-        f"{t_load:.2f} s"
+        f"\npositional-semantic Mehler/Chebyshev tables: build {t_build:.1f} s, load from the "
+        f"disk cache {t_load:.2f} s"
     )
 
 
@@ -128,7 +129,7 @@ def bench_ode(quick: bool):
             None,
         ),
         (
-            "spec-6 attention a=1 omega=0.67, lr 0.05",
+            "positional-semantic attention a=1 omega=0.67, lr 0.05",
             lambda: ssi.ps_model(1.0, 0.67),
             0.05,
             lambda: ssi.ps_model(1.0, 0.67, engine="quad", n=16),

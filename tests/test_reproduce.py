@@ -103,8 +103,8 @@ def test_failure_isolation_cache_and_summary(fake):
     assert "RuntimeError: boom" in by["broken"].error
     assert "never-written.png" in by["liar"].error
     assert by["good"].files == ["good.png"] and by["other"].files == ["sub/other.png"]
-    caches = sorted(p.name for p in (out / ".cache").iterdir())
-    assert len(caches) == 2 and caches[0].startswith("good-") and caches[1].startswith("other-")
+    cached = sorted(r["name"] for r in rp.open_cache(out).rows())
+    assert cached == ["good", "other"]
 
     summary = (out / "SUMMARY.md").read_text()
     assert "| good | alpha_c(omega=0.3) | 1.23457 | Brent root \\| 40 GH nodes |" in summary

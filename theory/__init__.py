@@ -1,13 +1,18 @@
-"""theory: statistical-physics theory of learning in attention models.
+"""theory: the statistical-physics theory of learning in attention models, checked against
+finite-d simulation.
 
-Sub-modules
------------
-gauss      Gaussian expectations (Gauss-Hermite, scrambled Sobol QMC, numba Monte Carlo)
-hermite    Hermite tensors of a target, sequence information exponent, tied/untied gain
-models     model equations (positional-semantic ERM, sequence single-index SGD)
-solve      damped fixed points, continuation, transitions, ODE integration
-simulate   finite-d counterparts (GD, GAMP, online SGD, histogram task)
-plots      theory-over-simulation figures
+One package per model, each with its theory and its simulations side by side:
+
+attention   Cui, Behrens, Krzakala, Zdeborová: positional vs semantic learning by empirical
+            risk minimisation (replica state equations, transition, GD, GAMP; general L/r)
+ssi         Arnaboldi, Loureiro, Stephan, Krzakala, Zdeborová: online SGD in sequence
+            single-index models (Hermite/SIE, risk, (e, m) ODE, flatness, phase diagram, SGD)
+histogram   the counting task: one attention layer that counts positionally or semantically
+
+Shared numerics: gauss (Gaussian expectations), rng (random streams), solve (the iteration
+core, continuation, roots, ODE integration), results (the result contract), store (the
+resumable result store), plotting (overlays), sweep and reproduce (grids and the figure
+pipeline), cli (the ``theory`` command).  The mathematics as implemented is in docs/.
 """
 
 from importlib.metadata import PackageNotFoundError, version

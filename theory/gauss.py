@@ -27,15 +27,17 @@ works: the rule then lives on the support of the Gaussian.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import ndtri
 from scipy.stats import qmc as _qmc
 
-from theory.rng import as_rng, normals, seed_int, xoshiro_seed
+from theory.rng import RNGLike, as_rng, normals, seed_int, xoshiro_seed
 
 METHODS = ("auto", "gh", "qmc", "mc")
 
@@ -112,7 +114,7 @@ def gh_tensor(n: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
     return _gh_tensor_cached(n, dim)
 
 
-def sobol_normal(n: int, dim: int, rng) -> np.ndarray:
+def sobol_normal(n: int, dim: int, rng: RNGLike) -> np.ndarray:
     """``n`` scrambled-Sobol points mapped to N(0, I_dim), shape ``(n, dim)``; n should be 2^k."""
     sampler = _qmc.Sobol(d=dim, scramble=True, seed=as_rng(rng))
     u = sampler.random(n)
@@ -121,7 +123,7 @@ def sobol_normal(n: int, dim: int, rng) -> np.ndarray:
     return ndtri(u)
 
 
-def cov_root(cov, dim: int | None = None) -> np.ndarray:
+def cov_root(cov: ArrayLike, dim: int | None = None) -> np.ndarray:
     """A root R with R R^T = cov (via eigh; negative round-off eigenvalues clipped)."""
     cov = np.atleast_2d(np.asarray(cov, dtype=float))
     if cov.shape[0] != cov.shape[1]:
@@ -365,14 +367,14 @@ def _expect_mc_numba(f, mean, root, n, rng, parallel=False):
 
 
 def expect(
-    f,
-    mean=None,
-    cov=None,
+    f: Callable,
+    mean: ArrayLike | None = None,
+    cov: ArrayLike | None = None,
     *,
     dim: int | None = None,
     method: str = "auto",
     n: int | None = None,
-    rng=None,
+    rng: RNGLike | None = None,
     n_rep: int = QMC_DEFAULT_REP,
     parallel: bool = False,
 ) -> Expectation:
@@ -438,7 +440,9 @@ def expect(
     return Expectation(value=value, error=error, method=method, n_evals=int(evals))
 
 
-def expect_mc_numpy_reference(f_vec, mean, cov, n: int, rng) -> Expectation:
+def expect_mc_numpy_reference(
+    f_vec: Callable, mean: ArrayLike, cov: ArrayLike, n: int, rng: RNGLike
+) -> Expectation:
     """Plain vectorised-numpy Monte Carlo (the reference / baseline of the numba kernel)."""
     mean, root = _prepare(mean, cov, None)
     value, error, evals = _expect_mc_numpy(f_vec, mean, root, int(n), rng)

@@ -10,11 +10,12 @@ with one sentence saying how (method, sizes, seeds).  This module
 * runs the requested ones (all by default) in this process or in ``workers`` processes, with a
   progress bar, isolating failures: a piece that raises is reported failed with its error and
   the others still run;
-* caches each finished piece's returned dict as JSON in ``<out>/.cache/<name>-<hash>.json``; the
-  hash covers the piece's name, the mode (quick/full), the package version and the source of
-  EVERY module of the package the piece's module imports, directly or not (found by reading the
-  import statements, including those inside functions), so editing a model invalidates the
-  figures that use it.  A rerun reuses a cached piece if every file it lists still exists;
+* keeps each finished piece's returned dict in the result store ``<out>/.cache/pieces.jsonl``
+  (:class:`theory.store.Store`), keyed by the piece's name, the mode (quick/full), the package
+  version and the source of EVERY module of the package the piece's module imports, directly or
+  not (found by reading the import statements, including those inside functions), so editing a
+  model invalidates the figures that use it.  A rerun reuses a cached piece if every file it
+  lists still exists;
 * writes ``<out>/SUMMARY.md`` (atomically): the table of headline numbers with their "how", the
   status and time of every piece.
 """
@@ -38,7 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from theory import __version__
-from theory._util import atomic_write_text, dumps_json, to_jsonable
+from theory._util import atomic_write_text, to_jsonable
+from theory.store import Store
 
 FIGURE_MODULES: tuple[str, ...] = (
     "theory.ssi.figures.sie",
@@ -50,6 +52,7 @@ FIGURE_MODULES: tuple[str, ...] = (
 )
 
 CACHE_DIR = ".cache"
+CACHE_NAME = "pieces.jsonl"
 SUMMARY_NAME = "SUMMARY.md"
 
 __all__ = [
@@ -243,14 +246,19 @@ def select(pieces: dict[str, Piece], names: Iterable[str] | None) -> list[Piece]
 # --------------------------------------------------------------------------------------------
 # cache
 # --------------------------------------------------------------------------------------------
-def cache_key(piece: Piece, quick: bool) -> str:
-    blob = json.dumps([piece.name, "quick" if quick else "full", __version__, piece.source_hash])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def cache_key(piece: Piece, quick: bool) -> dict:
+    """What identifies a finished piece in the store: name, mode, package version, sources."""
+    return dict(
+        name=piece.name,
+        mode="quick" if quick else "full",
+        version=__version__,
+        source_hash=piece.source_hash,
+    )
 
 
-def _cache_path(out: Path, piece: Piece, quick: bool) -> Path:
-    safe = "".join(c if (c.isalnum() or c in "-_.") else "_" for c in piece.name)
-    return out / CACHE_DIR / f"{safe}-{cache_key(piece, quick)}.json"
+def open_cache(out) -> Store:
+    """The store of finished pieces of the output folder ``out``."""
+    return Store(Path(out) / CACHE_DIR / CACHE_NAME)
 
 
 def _file_in(out: Path, f) -> Path:
@@ -258,13 +266,9 @@ def _file_in(out: Path, f) -> Path:
     return p if p.is_absolute() else out / p
 
 
-def _load_cache(out: Path, piece: Piece, quick: bool) -> dict | None:
-    path = _cache_path(out, piece, quick)
-    if not path.exists():
-        return None
-    try:
-        entry = json.loads(path.read_text())
-    except (OSError, ValueError):
+def _load_cache(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
+    entry = cache.get(cache_key(piece, quick))
+    if entry is None:
         return None
     res = entry.get("result") or {}
     if not all(_file_in(out, f).exists() for f in res.get("files", [])):
@@ -347,6 +351,7 @@ def run_reproduce(
         raise ValueError(f"--workers must be >= 1, got {workers}")
     pieces = discover(modules)
     chosen = select(pieces, names)
+    cache = open_cache(out)
     if log is None:
 
         def log(msg):
@@ -356,7 +361,7 @@ def run_reproduce(
     outcomes: dict[str, Outcome] = {}
     todo: list[Piece] = []
     for p in chosen:
-        entry = None if force else _load_cache(out, p, quick)
+        entry = None if force else _load_cache(cache, out, p, quick)
         if entry is not None:
             outcomes[p.name] = Outcome(
                 p.name,
@@ -365,7 +370,7 @@ def run_reproduce(
                 entry.get("seconds"),
                 entry["result"].get("files", []),
                 entry["result"].get("numbers", []),
-                cache_file=str(_cache_path(out, p, quick)),
+                cache_file=str(cache.path),
             )
         else:
             todo.append(p)
@@ -389,25 +394,17 @@ def run_reproduce(
             o = Outcome(p.name, p.module, "failed", dt, error=_error_text(exc))
             msg = f"{p.name}: FAILED after {dt or 0:.1f} s: {o.error}"
         else:
-            path = _cache_path(out, p, quick)
-            atomic_write_text(
-                path,
-                dumps_json(
-                    dict(
-                        name=p.name,
-                        module=p.module,
-                        mode=mode,
-                        version=__version__,
-                        source_hash=p.source_hash,
-                        seconds=dt,
-                        result=res,
-                        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    )
-                )
-                + "\n",
+            cache.put(
+                cache_key(p, quick),
+                dict(
+                    module=p.module,
+                    seconds=dt,
+                    result=res,
+                    finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                ),
             )
             o = Outcome(
-                p.name, p.module, "ok", dt, res["files"], res["numbers"], cache_file=str(path)
+                p.name, p.module, "ok", dt, res["files"], res["numbers"], cache_file=str(cache.path)
             )
             msg = (
                 f"{p.name}: ok in {dt:.1f} s ({len(res['files'])} file(s), "
@@ -456,7 +453,7 @@ def run_reproduce(
         for name, p in pieces.items():
             if name in outcomes:
                 continue
-            entry = _load_cache(out, p, quick)
+            entry = _load_cache(cache, out, p, quick)
             if entry is not None:
                 outcomes[name] = Outcome(
                     name,
@@ -465,7 +462,7 @@ def run_reproduce(
                     entry.get("seconds"),
                     entry["result"].get("files", []),
                     entry["result"].get("numbers", []),
-                    cache_file=str(_cache_path(out, p, quick)),
+                    cache_file=str(cache.path),
                 )
             else:
                 outcomes[name] = Outcome(name, p.module, "not run")
@@ -549,9 +546,10 @@ def list_pieces(out="figures", quick: bool = True, modules=None) -> list[dict]:
     """Rows for ``theory reproduce --list``: name, module, cached?"""
     out = Path(out)
     pieces = discover(modules)
+    cache = open_cache(out)
     rows = []
     for p in pieces.values():
         rows.append(
-            dict(name=p.name, module=p.module, cached=_load_cache(out, p, quick) is not None)
+            dict(name=p.name, module=p.module, cached=_load_cache(cache, out, p, quick) is not None)
         )
     return rows

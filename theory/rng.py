@@ -25,8 +25,11 @@ import numpy as np
 
 _MASK64 = (1 << 64) - 1
 
+#: what every ``rng=`` parameter of the package accepts
+RNGLike = int | np.integer | np.random.SeedSequence | np.random.Generator
 
-def as_rng(rng) -> np.random.Generator:
+
+def as_rng(rng: RNGLike) -> np.random.Generator:
     """A ``numpy.random.Generator`` from a Generator, an int seed or a ``SeedSequence``.
 
     ``None`` is refused: pass ``rng=0`` (or any integer) for a reproducible stream.
@@ -46,7 +49,7 @@ def as_rng(rng) -> np.random.Generator:
     raise ValueError(f"rng must be an int seed or a numpy Generator, got {type(rng).__name__}")
 
 
-def seed_int(rng) -> int:
+def seed_int(rng: RNGLike) -> int:
     """A 63-bit integer seed for a numba kernel, drawn from ``rng`` (see :func:`as_rng`)."""
     return int(as_rng(rng).integers(0, 2**63 - 1))
 

@@ -8,7 +8,8 @@ long runs, so that an interrupted computation resumes from what is on disk:
   line left by a killed writer is dropped on the next read or append.  ``theory sweep`` writes
   its output through it.
 * :class:`Store` -- a keyed store on top of a JSON-lines :class:`ResultTable`: ``put(key, row)``
-  appends, ``get(key)`` returns the last row written under ``key``.  Keys are dicts of the
+  appends the key's fields and the row's, ``get(key)`` returns the last row written under
+  ``key``.  Keys are dicts of the
   parameters that identify a computation, made canonical by :func:`point_key` (floats to 12
   significant digits, sorted names).
 * :class:`ArrayStore` -- numpy arrays under a key, one ``.npz`` per key written atomically
@@ -293,9 +294,10 @@ class Store:
         return self._rows.get(point_key(key), default)
 
     def put(self, key: Mapping, row: Mapping) -> dict:
-        """Store ``row`` under ``key`` (appended and fsync'd at once); returns the row."""
+        """Store ``row`` under ``key`` (appended and fsync'd at once).  The stored row holds the
+        key's fields followed by the row's (a row field of the same name wins); it is returned."""
         k = point_key(key)
-        row = to_jsonable(dict(row))
+        row = to_jsonable({**dict(key), **dict(row)})
         self._rows[k] = row
         if self.table is not None:
             self.table.append({**row, KEY_COLUMN: k})

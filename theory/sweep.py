@@ -403,16 +403,16 @@ def erm_transition_point(
 
 def sgd_boundaries_point(a: float) -> dict:
     """ω values where the spec-6 SGD regimes switch on the line a = const."""
-    from theory.ssi import model as ssi
+    from theory import ssi
 
-    out = ssi.boundaries(a)
+    out = _as_row(ssi.boundaries(a))
     return {k: v for k, v in out.items() if k.startswith("omega_")}
 
 
 def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_000) -> dict:
     """(e, m) ODE of the spec-6 positional–semantic SGD model from the default small start:
     escape time and the minimum reached."""
-    from theory.ssi import model as ssi
+    from theory import ssi
 
     res = ssi.integrate_ode(ssi.ps_model(a, omega), lr=lr, d=d)
     row = _as_row(res)
@@ -422,9 +422,9 @@ def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_00
 
 def sie_point(target: str, L: int | None = None) -> dict:
     """SIE, tied contraction and gains of one target expression."""
-    from theory.ssi import hermite
+    from theory import ssi
 
-    res = hermite.analyze(target, L=L)
+    res = ssi.analyze(target, L=L)
     row = _as_row(res)
     keep = (
         "sie",
@@ -432,6 +432,8 @@ def sie_point(target: str, L: int | None = None) -> dict:
         "op_norm",
         "gain_optimal",
         "gain_equal",
+        "gain_optimal_published",
+        "gain_equal_published",
         "tied_learnable",
         "even_sie",
         "exact",

@@ -1,9 +1,9 @@
-"""``theory sgd ...``: SGD theory of sequence single-index models (spec sequence-single-index.md).
+"""``theory sgd ...``: SGD in sequence single-index models (``theory.ssi``; docs/ssi.md).
 
 Subcommands: ``ode`` (the (e, m) ODE to convergence), ``flatness`` (kappa and the Hessian at the
-origin), ``boundaries`` (the omega where each spec-6 boolean flips at a = A), ``phase-diagram``
-(the six regions on an (a, omega) grid), ``simulate`` (finite-d SGD over seeds) and ``gain``
-(tied/untied gain vs L, predicted and optionally simulated).
+origin), ``boundaries`` (the omega where each phase-diagram boolean flips at a = A),
+``phase-diagram`` (the six regions on an (a, omega) grid), ``simulate`` (finite-d SGD over seeds)
+and ``gain`` (tied/untied gain vs L, predicted and optionally simulated).
 """
 
 from __future__ import annotations
@@ -16,22 +16,6 @@ import numpy as np
 from theory._util import atomic_write_text, dumps_json, parse_range
 from theory.cli._common import add_json, emit
 
-ODE_FIELDS = (
-    "t_escape",
-    "steps_escape",
-    "final_e",
-    "final_m",
-    "minimum",
-    "status",
-    "message",
-    "final_risk",
-    "t_final",
-    "lr",
-    "d",
-    "eta",
-    "engine",
-)
-
 
 def _add_model_args(p, *, default_L=None):
     g = p.add_argument_group("model")
@@ -39,7 +23,7 @@ def _add_model_args(p, *, default_L=None):
         "--target",
         default=None,
         help="target g(z1..zL) as an expression (e.g. 'He2(z1)+He2(z2)'); or use "
-        "--omega/--a for the positional-semantic matrix target of spec section 6",
+        "--omega/--a for the positional-semantic matrix target (docs/ssi.md eq. 3)",
     )
     g.add_argument(
         "--omega",
@@ -91,8 +75,8 @@ def _add_model_args(p, *, default_L=None):
 
 
 def build_model(args):
-    """The ``theory.ssi.model`` model described by the common options."""
-    from theory.ssi import model as ssi
+    """The ``theory.ssi`` model described by the common options."""
+    from theory import ssi
 
     ps = args.omega is not None or args.a is not None
     if ps and args.target is not None:
@@ -109,9 +93,7 @@ def build_model(args):
         return ssi.AttentionModel(
             tgt, L=L, pe=args.pe or "opposite", reduction=args.reduction or "identity"
         )
-    from theory.ssi.hermite import parse_target
-
-    t = parse_target(args.target, args.L)
+    t = ssi.parse_target(args.target, args.L)
     if args.model == "attention":
         return ssi.AttentionModel(
             t,
@@ -131,7 +113,7 @@ def register(subparsers) -> None:
         "sgd",
         help="SGD theory of sequence single-index models: ODE, flatness, phase diagram",
         description="Theory of one-pass spherical SGD in sequence single-index models and "
-        "single-layer tied attention (spec sequence-single-index.md): the (e, m) ODE, the "
+        "single-layer tied attention (docs/ssi.md): the (e, m) ODE, the "
         "flatness index, the semantic/positional phase diagram, finite-d SGD and tied/untied "
         "gains.",
     )
@@ -142,10 +124,11 @@ def register(subparsers) -> None:
         "ode",
         formatter_class=fmt,
         help="integrate the (e, m) ODE until convergence",
-        description="Integrate the d -> infinity ODE of (e, m) (spec section 3, corrected "
-        "signs: drift -grad R, noise -(gamma/2) K) from m0 = 1/sqrt(d), e0 = 1/sqrt(d) until "
-        "stationary; report the weak-recovery time (||(e, m)|| >= eta = 2/sqrt(d)) as t and as "
-        "SGD steps nu = t d / gamma, the final point and which minimum it is.",
+        description="Integrate the d -> infinity ODE of (e, m) (docs/ssi.md eq. 18; the "
+        "published signs corrected: drift -grad R, noise -(gamma/2) K) from m0 = 1/sqrt(d), "
+        "e0 = 1/sqrt(d) until stationary; report the weak-recovery time (||(e, m)|| >= eta = "
+        "2/sqrt(d)) as t and as SGD steps nu = t d / gamma, the final point and which minimum "
+        "it is.",
         epilog="Examples: theory sgd ode --omega 0.67 --a 1 --lr 0.05 --d 1000 --json;  "
         "theory sgd ode --target 'He2(z1)+He2(z2)' --model tied --lr 0.05 --d 1000",
     )
@@ -191,12 +174,12 @@ def register(subparsers) -> None:
     q = sub.add_parser(
         "boundaries",
         formatter_class=fmt,
-        help="omega where the spec-6 booleans flip at a = A",
-        description="On the line a = A of the spec-6 phase diagram: the omega in [0, 1] where "
-        "(1) the steepest direction at the origin switches to positional, (2) the global "
-        "minimum switches to positional, (3) the positional minimum appears, (4) the semantic "
-        "minimum disappears (null where no flip).  Brent roots of exact criteria (2-D "
-        "integrals, Gauss-Hermite converged to ~1e-9).",
+        help="omega where the phase-diagram booleans flip at a = A",
+        description="On the line a = A of the phase diagram (docs/ssi.md section 8): the "
+        "omega in [0, 1] where (1) the steepest direction at the origin switches to "
+        "positional, (2) the global minimum switches to positional, (3) the positional minimum "
+        "appears, (4) the semantic minimum disappears (null where no flip).  Brent roots of "
+        "exact criteria (2-D integrals, Gauss-Hermite converged to ~1e-9).",
     )
     q.add_argument("--a", type=float, required=True, help="positional strength a")
     q.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
@@ -206,10 +189,10 @@ def register(subparsers) -> None:
     q = sub.add_parser(
         "phase-diagram",
         formatter_class=fmt,
-        help="the (a, omega) phase diagram of spec 6",
-        description="Classify every point of an (a, omega) grid into the six regions of spec "
-        "section 6 with the exact criteria; optionally plot it (with the boundaries overlaid) "
-        "and save the arrays as JSON.",
+        help="the (a, omega) phase diagram of the positional-semantic model",
+        description="Classify every point of an (a, omega) grid into the six regions of "
+        "docs/ssi.md section 8 with the exact criteria; optionally plot it (with the "
+        "boundaries overlaid) and save the arrays as JSON.",
     )
     q.add_argument("--grid", type=int, default=200, help="grid points per axis")
     q.add_argument("--a-range", default="0.7:1", dest="a_range", help="A_MIN:A_MAX")
@@ -261,13 +244,15 @@ def register(subparsers) -> None:
         "gain",
         formatter_class=fmt,
         help="tied/untied gain vs L",
-        description="Tied/untied gain nu_untied / nu_tied vs L.  Per L: the spec-5 formula "
-        "(gain_equal, gain_optimal), the closed form of the package's ODE (gain_equal_closed, "
-        "gain_optimal_closed: linearised escape, minimised over the step size; the untied row "
-        "has 1/L of the tied noise K, so gain_optimal_closed = gain_optimal / L for k <= 2) and "
-        "the full ODE (gain_equal_ode at --lr, gain_optimal_ode at each network's ODE-optimal "
-        "step size); with --simulate the exact reduced SGD chain at dimension --d (mean +- SE "
-        "over seeds).  --target is an expression or a family: sum_he2, sum_z, sum_he3.",
+        description="Tied/untied gain nu_untied / nu_tied vs L (docs/ssi.md section 7).  Per L: "
+        "this package's prediction from the leading Hermite tensor (gain_equal, gain_optimal: "
+        "the same numbers as theory sie) beside the published formulas (gain_equal_published, "
+        "gain_optimal_published: the latter assumes an untied row carries the noise of the "
+        "whole tied network, while it carries 1/L of it), the closed form of the linearised "
+        "ODE at --d, --eta, --lr (gain_equal_closed, gain_optimal_closed) and the full ODE "
+        "(gain_equal_ode at --lr, gain_optimal_ode at each network's ODE-optimal step size); "
+        "with --simulate the exact reduced SGD chain at dimension --d (mean +- SE over seeds).  "
+        "--target is an expression or a family: sum_he2, sum_z, sum_he3.",
         epilog="Example: theory sgd gain --target sum_he2 --Ls 1:10 --json;  theory sgd gain "
         "--target sum_z --Ls 1,2,4 --simulate --d 300 --step-rule optimal --untied-norm rows,flat",
     )
@@ -303,7 +288,7 @@ def register(subparsers) -> None:
         default="rows",
         dest="untied_norm",
         help="--simulate: untied normalisation(s), comma-separated: rows (each row "
-        "on its sqrt(d)-sphere, spec) and/or flat (W renormalised as one vector of "
+        "on its sqrt(d)-sphere, the theory's model) and/or flat (W renormalised as one vector of "
         "R^{L d} to norm sqrt(L d), the authors' code); flat adds *_flat fields",
     )
     q.add_argument(
@@ -318,7 +303,7 @@ def register(subparsers) -> None:
         "--no-ode",
         action="store_true",
         dest="no_ode",
-        help="skip the numerical ODE minimisation (spec and closed form only)",
+        help="skip the numerical ODE minimisation (Hermite and closed-form gains only)",
     )
     q.add_argument("--activation", default="relu", help="network activation")
     q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
@@ -331,7 +316,7 @@ def register(subparsers) -> None:
 
 
 def _ode(args):
-    from theory.ssi import model as ssi
+    from theory import ssi
 
     model = build_model(args)
     res = ssi.integrate_ode(
@@ -362,34 +347,43 @@ def _ode(args):
 
 
 def _flatness(args):
-    from theory.ssi import model as ssi
+    from theory import ssi
 
     model = build_model(args)
-    kappa, H = ssi.flatness(model, max_order=args.max_order)
+    res = ssi.flatness(model, max_order=args.max_order)
     payload = dict(
-        kappa=kappa,
-        hessian=np.asarray(H).tolist(),
-        exact=model.engine == "hermite",
-        engine=model.engine,
-        coordinates=(
-            ["e"] * model.r + (["m"] if not model.untied else [f"m{i + 1}" for i in range(model.L)])
-        ),
+        kappa=res.kappa,
+        hessian=res.hessian.tolist(),
+        exact=res.exact,
+        engine=res.engine,
+        coordinates=res.coordinates,
         model=repr(model),
     )
     text = (
-        f"{model!r}\nflatness index kappa = {kappa}\nHessian at (e, m) = 0 in "
-        f"{payload['coordinates']}:\n{np.array2string(np.asarray(H), precision=8)}"
+        f"{model!r}\nflatness index kappa = {res.kappa}\nHessian at (e, m) = 0 in "
+        f"{res.coordinates}:\n{np.array2string(res.hessian, precision=8)}"
     )
     emit(args, payload, text)
     return 0
 
 
+BOUNDARY_FIELDS = (
+    "a",
+    "omega_steepest_switch",
+    "omega_global_switch",
+    "omega_positional_min_appears",
+    "omega_semantic_min_disappears",
+    "nodes",
+)
+
+
 def _boundaries(args):
-    from theory.ssi import model as ssi
+    from theory import ssi
 
     b = ssi.boundaries(args.a, n=args.nodes)
-    text = "\n".join(f"{k}: {v}" for k, v in b.items())
-    emit(args, b, text)
+    payload = {k: getattr(b, k) for k in BOUNDARY_FIELDS}
+    text = "\n".join(f"{k}: {v}" for k, v in payload.items())
+    emit(args, payload, text)
     return 0
 
 
@@ -404,7 +398,7 @@ def _lims(text, name):
 
 
 def _phase(args):
-    from theory.ssi import model as ssi
+    from theory import ssi
 
     if args.grid < 2:
         raise ValueError("--grid must be >= 2")
@@ -413,24 +407,24 @@ def _phase(args):
     ag = np.linspace(a0, a1, args.grid)
     wg = np.linspace(w0, w1, args.grid)
     pdg = ssi.phase_diagram(ag, wg, n=args.nodes, check_global=args.check_global)
-    counts = {name: int(np.sum(pdg["region"] == i)) for i, name in enumerate(ssi.REGIONS)}
-    counts["none (neither candidate is a minimum)"] = int(np.sum(pdg["region"] < 0))
+    counts = {name: int(np.sum(pdg.region == i)) for i, name in enumerate(ssi.REGIONS)}
+    counts["none (neither candidate is a minimum)"] = int(np.sum(pdg.region < 0))
     payload = dict(
         grid=args.grid, a_range=[a0, a1], omega_range=[w0, w1], counts=counts, nodes=args.nodes
     )
     if args.check_global:
-        payload["cells_global_not_candidate"] = int(np.sum(~pdg["global_check"]))
+        payload["cells_global_not_candidate"] = int(np.sum(~pdg.global_check))
     if args.out:
         full = dict(
             payload,
             a=ag,
             omega=wg,
-            region=pdg["region"],
+            region=pdg.region,
             regions=list(ssi.REGIONS),
-            global_positional=pdg["global_positional"],
-            steepest_positional=pdg["steepest_positional"],
-            both_minima=pdg["both_minima"],
-            global_check=pdg.get("global_check"),
+            global_positional=pdg.global_positional,
+            steepest_positional=pdg.steepest_positional,
+            both_minima=pdg.both_minima,
+            global_check=pdg.global_check,
         )
         atomic_write_text(args.out, dumps_json(full) + "\n")
         payload["out"] = args.out
@@ -450,7 +444,7 @@ def _phase(args):
 
 
 def _simulate(args):
-    from theory.ssi.sgd.simulate import seeds_from, simulate_seeds
+    from theory.ssi import seeds_from, simulate_seeds
 
     model = build_model(args)
     seeds = seeds_from(args.seed, args.seeds)
@@ -494,11 +488,11 @@ def _simulate(args):
 
 
 def _gain(args):
-    from theory.ssi.gain import gain_curve
+    from theory.ssi import gain_curve
 
     Ls = parse_range(args.Ls, integer=True)
     norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())
-    rows = gain_curve(
+    curve = gain_curve(
         args.target,
         Ls,
         simulate=args.simulate,
@@ -514,6 +508,7 @@ def _gain(args):
         ode_start=args.ode_start,
         untied_norms=norms,
     )
+    rows = curve.rows
     payload = dict(
         target=args.target,
         step_rule=args.step_rule,
@@ -531,12 +526,14 @@ def _gain(args):
     lines = [
         f"target {args.target}, {args.activation}, d = {args.d}, eta = {args.eta}, "
         f"equal lr = {args.lr}, step rule {args.step_rule}",
-        "     L   spec:equal  spec:opt  closed:equal  closed:opt  ode:equal  ode:opt",
+        "gain nu_untied/nu_tied; 'package': this package's prediction (= theory sie), "
+        "'published': the paper's formulas, 'ode': the full ODE at this d and eta",
+        "     L  package:equal  package:opt  published:equal  published:opt  ode:equal  ode:opt",
     ]
     for r in rows:
         s = (
-            f"  {r['L']:>4}  {fmt(r['gain_equal']):>10}  {fmt(r['gain_optimal']):>8}  "
-            f"{fmt(r.get('gain_equal_closed')):>12}  {fmt(r.get('gain_optimal_closed')):>10}  "
+            f"  {r['L']:>4}  {fmt(r['gain_equal']):>13}  {fmt(r['gain_optimal']):>11}  "
+            f"{fmt(r['gain_equal_published']):>15}  {fmt(r['gain_optimal_published']):>13}  "
             f"{fmt(r.get('gain_equal_ode')):>9}  {fmt(r.get('gain_optimal_ode')):>7}"
         )
         if "gain_sim" in r:

@@ -14,8 +14,8 @@ JSON_FIELDS = (
     "op_norm_exact",
     "gain_optimal",
     "gain_equal",
-    "gain_optimal_drift",
-    "gain_equal_drift",
+    "gain_optimal_published",
+    "gain_equal_published",
     "tied_learnable",
     "even_sie",
     "exact",
@@ -34,15 +34,17 @@ def register(subparsers) -> None:
         "sie",
         help="sequence information exponent, leading Hermite tensor and tied/untied gain of a "
         "target g(z1..zL)",
-        description="Hermite analysis of a target g(z1, ..., zL), z ~ N(0, I_L) (spec section "
-        "4-5): SIE = lowest order k >= 1 with a non-zero Hermite tensor C_k = E[g H_k]/k!, the "
-        "leading tensor C_SIE, its contraction with the all-ones vector (the tied-network "
-        "coefficient), its operator norm (the untied one), the predicted gain "
-        "nu_untied/nu_tied = (contraction/op_norm)^2 (x L if SIE = 1) at optimal step sizes and "
-        "|contraction/op_norm| (x sqrt(L) if SIE = 1) at equal step sizes, and the SIE of the "
-        "even part (what attention without positional encoding sees). gain_*_drift: the same "
-        "gains from the ratio of the initial drifts of the overlaps, which keeps the factor "
-        "L^(1-SIE/2) that the spec formula drops for SIE >= 3 (see theory.ssi.hermite).",
+        description="Hermite analysis of a target g(z1, ..., zL), z ~ N(0, I_L) (docs/ssi.md "
+        "section 5): SIE = lowest order k >= 1 with a non-zero Hermite tensor C_k = E[g H_k]/k!, "
+        "the leading tensor C_SIE, its contraction with the all-ones vector (the tied-network "
+        "coefficient), its operator norm (the untied one), the SIE of the even part (what "
+        "attention without positional encoding sees) and the predicted gain nu_untied/nu_tied "
+        "(docs/ssi.md section 7), with r = contraction/op_norm: gain_optimal = r^2 L^(1-SIE) "
+        "(each network at its optimal step size) and gain_equal = |r| L^(1-SIE/2) (equal small "
+        "step sizes), the predictions of this package's ODE (the same numbers as theory sgd "
+        "gain); beside them the published formulas gain_optimal_published = r^2 (x L if SIE = "
+        "1), which assumes equal SGD noise in both networks, and gain_equal_published = |r| (x "
+        "sqrt(L) if SIE = 1).  Why they differ: docs/_findings_ssi.md.",
         epilog="Examples: theory sie 'He2(z1)+He2(z2)';  theory sie 'z1-z2' --json;  "
         "theory sie 'relu(z1)+relu(z2)' --L 3;  theory sie 'softmax(1, z1*z1, z1*z2)'. "
         "Functions: He<k>(x), exp, log, sqrt, sin, cos, tanh, erf, abs, sign, relu, Max, Min, "
@@ -76,7 +78,7 @@ def register(subparsers) -> None:
 
 
 def handler(args) -> int:
-    from theory.ssi.hermite import analyze
+    from theory.ssi import analyze
 
     if args.max_order < 1:
         raise ValueError(f"--max-order must be >= 1, got {args.max_order}")

@@ -1,10 +1,12 @@
-"""Vectorised numpy kernels of the SSI/attention models (shapes in every docstring).
+"""Vectorised numpy kernels of the SSI models (shapes in every docstring).
 
-* :func:`attention_jac`: A = softmax_row(z z^T) and dA/dz for any L.
-* activations of the tied/untied networks: sigma and sigma'.
+* :func:`softmax_rows`, :func:`attention_scores`, :func:`attention_jac`: A = softmax_row(z z^T)
+  and dA/dz for any L (no temperature inside the softmax, docs/ssi.md eq. 4).
+* the activations of the tied/untied networks: ONE table, :data:`ACTIVATIONS` (sigma, sigma',
+  kinks) for the theory, with the integer codes of the numba SGD kernels in
+  :data:`ACTIVATION_CODES`; :func:`activation_reference` is the numpy reference the kernels are
+  tested against.
 * multi-index Hermite tables He_alpha(z) (probabilists').
-
-No temperature inside the softmax (spec section 1).
 """
 
 from __future__ import annotations
@@ -16,13 +18,18 @@ import numpy as np
 from scipy.special import erf
 
 
-def attention_scores(z: np.ndarray) -> np.ndarray:
-    """A = softmax_row(z z^T): z (N, L) -> (N, L, L) (numerically stable row softmax)."""
-    z = np.asarray(z, dtype=float)
-    M = z[:, :, None] * z[:, None, :]
-    M = M - M.max(axis=2, keepdims=True)
+def softmax_rows(M) -> np.ndarray:
+    """Row softmax along the last axis (numerically stable: the row maximum is subtracted)."""
+    M = np.asarray(M, dtype=float)
+    M = M - M.max(axis=-1, keepdims=True)
     E = np.exp(M)
-    return E / E.sum(axis=2, keepdims=True)
+    return E / E.sum(axis=-1, keepdims=True)
+
+
+def attention_scores(z: np.ndarray) -> np.ndarray:
+    """A = softmax_row(z z^T): z (N, L) -> (N, L, L)."""
+    z = np.asarray(z, dtype=float)
+    return softmax_rows(z[:, :, None] * z[:, None, :])
 
 
 def attention_jac(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,12 +89,48 @@ for _alias in ("identity", "id", "he1"):
     ACTIVATIONS[_alias] = ACTIVATIONS["linear"]
 
 
+#: activation name -> integer code of the numba SGD kernels (``theory.ssi.sgd._kernels``)
+ACTIVATION_CODES = {
+    "linear": 0,
+    "identity": 0,
+    "id": 0,
+    "he1": 0,
+    "relu": 1,
+    "tanh": 2,
+    "erf": 3,
+    "sigmoid": 4,
+    "abs": 5,
+    "square": 6,
+    "he2": 7,
+    "he3": 8,
+    "he4": 9,
+    "he2n": 10,  # He_2 / sqrt(2)  (unit-norm)
+    "he3n": 11,  # He_3 / sqrt(6)
+    "he4n": 12,  # He_4 / sqrt(24)
+}
+_CODE_NAMES = {c: n for n, c in reversed(ACTIVATION_CODES.items())}
+
+
 def activation(name: str):
     """(sigma, sigma', kinks) for a named activation (ValueError listing the known names)."""
     key = str(name).lower()
     if key not in ACTIVATIONS:
         raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
     return ACTIVATIONS[key]
+
+
+def activation_code(name: str) -> int:
+    """The kernel code of a named activation (ValueError listing the known names)."""
+    activation(name)
+    return ACTIVATION_CODES[str(name).lower()]
+
+
+def activation_reference(code: int, s):
+    """(sigma(s), sigma'(s)) for a kernel activation code: the numpy reference of
+    ``theory.ssi.sgd._kernels.act_value`` / ``act_deriv``."""
+    sig, dsig, _ = ACTIVATIONS[_CODE_NAMES[int(code)]]
+    s = np.asarray(s, dtype=float)
+    return sig(s), dsig(s)
 
 
 # --------------------------------------------------------------------------- Hermite tables

@@ -1,82 +1,55 @@
-r"""Tied vs untied gain nu_untied / nu_tied as a function of the sequence length L (spec section 5):
-the spec's Hermite prediction, the prediction of the package's own ODE (closed form and numerical
-minimisation over the step size), and the finite-d SGD measurement.
+r"""Escape times and the tied/untied gain nu_untied / nu_tied as a function of the sequence length
+L: the prediction from the leading Hermite tensor (:func:`theory.ssi.hermite.gains`), the
+linearised ODE in closed form, the full ODE minimised over the step size, and the finite-d SGD
+measurement (docs/ssi.md section 7).
+
+The published formula for the gain at optimal step sizes assumes that an untied row carries the
+SGD noise of the whole tied network; in the ODE of this package it carries 1/L of it, so the
+package predicts ``gain_optimal`` = L for sum_l He_2(z_l) where the paper writes L^2 (kept beside
+it as ``gain_optimal_published``).  The derivation and the measurements: docs/_findings_ssi.md.
 
 Targets may depend on L: pass a family name, a callable ``L -> expression``, or one expression
 (then every L must contain its variables).  Families:
 
-* ``"sum_he2"``: sum_l He_2(z_l) / sqrt(2)   (the paper's SIE-2 example, spec section 7)
+* ``"sum_he2"``: sum_l He_2(z_l) / sqrt(2)   (the paper's SIE-2 example)
 * ``"sum_z"``:   sum_l z_l / sqrt(L)          (SIE 1)
 * ``"sum_he3"``: sum_l He_3(z_l) / sqrt(6)   (SIE 3)
 
-Networks (code normalisation of spec section 1): tied f = sigma(sum_l x_l.w / sqrt(L)); untied
-f = sigma(sum_l x_l.w_l / sqrt(L)) with each row on its own sqrt(d)-sphere (``untied_norm=
-"rows"``, spec section 8) or the whole W renormalised as ONE vector of R^{L d} to norm sqrt(L d)
-(``"flat"``, what the authors' code did; rows keep norm ~ sqrt(d), same network function).
+Networks (docs/ssi.md eqs. 5-6): tied f = sigma(sum_l x_l.w / sqrt(L)); untied f = sigma(sum_l
+x_l.w_l / sqrt(L)) with each row on its own sqrt(d)-sphere (``untied_norms=("rows",)``) or the
+whole W renormalised as ONE vector of R^{L d} (``"flat"``, the authors' code).
 nu = weak-recovery step: tied |m| >= eta; untied m_untied = ||W w*/d|| / sqrt(L) >= eta.
-
-Theory of the gain at the optimal step size (derivation)
---------------------------------------------------------
-Write a = (m_1, ..., m_L) / sqrt(L) (tied: a = m 1/sqrt(L), so |a| = m; untied: |a| = m_untied).
-The student pre-activation u = sum_l z_l / sqrt(L) has E[u z*_l] = a_l, so the population risk is
-ONE function R(a) for both networks and
-
-    R(a) = const - 2 sum_j mu_j <C_j(g), a^(x)j>,     mu_j = E[sigma(u) He_j(u)]
-
-(Parseval, spec section 4).  The ODE of ``theory.ssi.model`` (t = gamma nu / d) reads, near 0,
-
-    tied:     dm/dt   = -dR/dm - (gamma/2) K m,          K   = E sum_l (dl/dz_l)^2,
-    untied:   dm_l/dt = -dR/dm_l - (gamma/2) K_l m_l,    K_l = E (dl/dz_l)^2 = K / L at m = 0,
-
-because dl/dz_l = delta / sqrt(L) for every row (delta = dl/du): the untied row sees 1/L of the
-squared gradient of the tied vector.  With SIE k, on the best direction,
-
-    dm/dt ~ A m^(k-1) - (gamma/2) K m,   A_tied = 2 k mu_k L^(-k/2) C_k x (1..1),
-                                          A_untied = 2 k |mu_k| L^(-k/2) ||C_k||_op   (m-coords),
-
-and the untied state starts at |m_vec| ~ sqrt(L)/sqrt(d) and must reach eta sqrt(L).  For
-dm/dt = A m^(k-1) - c m (c = gamma K / 2) the escape step count nu(gamma) = (d/gamma) int dm / (...)
-is explicit; minimising over gamma:
-
-    SIE 1:  nu* = f* d K eta^2 / (2 A^2),   f* = min_x -ln(1-x)/x^2 = 2.4554 (x* = 0.7153),
-            gamma* = 2 A x* / (K eta)                                      (m0 << eta),
-    SIE 2:  nu* = 2 d K ln(eta/m0) / A^2,   gamma* = A / K,
-    SIE k:  nu* = (d K / (2 A^2)) m0^(2(2-k)) Psi_k(eta/m0)   (Psi_k: 1-D minimisation).
-
-Hence, at optimal step sizes (``gain_optimal_closed``),
-
-    gain* = (K_row / K_tied) (A_tied / A_untied)^2 L^(2-k)
-          = (K_row / K_tied) * [spec gain_optimal]       for k <= 2,
-
-and K_row / K_tied = 1/L for these networks: the spec's formula assumes equal noise constants and
-is L times too large; for the families above gain* = L, the same as at equal step sizes.  In the
-a-coordinates the untied ODE with a symmetric start is EXACTLY the tied ODE slowed down by L
-(drift and noise both 1/L), so for permutation-symmetric targets with isotropic C_k (the
-families) nu_untied(gamma) = L nu_tied(gamma) at EVERY gamma.  The flattened normalisation
-gives the same ODE near m = 0 (shared renormalisation: the noise term is
-gamma^2 ||grad_W||^2 / (2 L d) = gamma^2 delta^2 / (2 L d), the per-row sum), so it does not
-bring back L^2 either.  ``gain_optimal_ode`` minimises the full ODE's nu over gamma numerically
-(:func:`ode_optimal`) and checks the closed form beyond the linearisation.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import numba
 import numpy as np
 import sympy as sp
 from scipy.optimize import minimize_scalar
 from scipy.special import digamma
 
 from theory._util import check_positive
+from theory.results import Result
 from theory.rng import as_rng
-from theory.ssi.sgd._kernels import act_deriv, act_value
+from theory.ssi.hermite import analyze
+from theory.ssi.ode import integrate_ode
+from theory.ssi.risk import SSIModel, TiedNetwork, UntiedNetwork
+from theory.ssi.sgd.seeds import simulate_seeds
+from theory.ssi.targets import parse_target
+from theory.store import Store
 
 __all__ = [
+    "StepOptimum",
+    "DriftConstants",
+    "ClosedFormGains",
+    "ODEGains",
+    "GainCurveResult",
+    "EscapePrediction",
     "gain_curve",
     "family_target",
     "drift_constants",
@@ -86,10 +59,8 @@ __all__ = [
     "ode_escape_steps",
     "ode_optimal",
     "ode_gains",
-    "simulate_flat_untied",
-    "flat_chunk",
-    "flat_chunk_numpy",
     "typical_start",
+    "predicted_escape",
     "F_STAR",
     "X_STAR",
 ]
@@ -102,10 +73,8 @@ X_STAR = 0.7153318629591615
 F_STAR = -math.log1p(-X_STAR) / X_STAR**2
 
 
-def family_target(target, L: int):
+def family_target(target: str | sp.Expr | Callable[[int], str | sp.Expr], L: int) -> sp.Expr:
     """The sympy expression of ``target`` for sequence length ``L`` (see the module docstring)."""
-    from theory.ssi.hermite import parse_target
-
     L = int(L)
     zs = [sp.Symbol(f"z{i + 1}", real=True) for i in range(L)]
     if isinstance(target, str) and target in FAMILIES:
@@ -119,27 +88,141 @@ def family_target(target, L: int):
     return parse_target(target, L).expr
 
 
+# =========================================================================== results
+
+
+def _as_dict(res: Result, skip=("status", "message", "history", "params", "metadata")) -> dict:
+    return {f.name: getattr(res, f.name) for f in fields(res) if f.name not in skip}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepOptimum(Result):
+    """The step size ``lr`` minimising an escape step count, the minimum ``nu`` (inf and NaN when
+    stuck at every step size tried) and the number of evaluations ``n_evals``."""
+
+    nu: float = math.inf
+    lr: float = math.nan
+    n_evals: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriftConstants(Result):
+    """Constants of the linearised escape ODE near m = 0 (m-coordinates; docs/ssi.md eqs.
+    26-27): ``mu_k`` = E[sigma(u) He_k(u)], ``A_tied`` (signed) and ``A_untied`` (>= 0, best
+    direction) the drifts, ``K_tied`` = K(0) of the tied network and ``K_row`` = K_l(0) of one
+    untied row (``theory.ssi.risk``'s noise term), ``tied_escapes`` (False when the tied drift
+    vanishes or, for even SIE, points inwards), and the four gains of
+    :func:`theory.ssi.hermite.gains`."""
+
+    sie: int | None = None
+    L: int = 1
+    activation: str = "relu"
+    tied_contraction: float | None = None
+    op_norm: float | None = None
+    K_tied: float = math.nan
+    K_row: float = math.nan
+    mu_k: float | None = None
+    A_tied: float = 0.0
+    A_untied: float = 0.0
+    tied_escapes: bool = False
+    gain_equal: float | None = None
+    gain_optimal: float | None = None
+    gain_equal_published: float | None = None
+    gain_optimal_published: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClosedFormGains(DriftConstants):
+    """The linearised ODE solved in closed form (:func:`closed_form_gains`): escape steps and
+    optimal step sizes of each network, ``gain_equal_closed`` (both at ``lr``) and
+    ``gain_optimal_closed`` (each at its optimal step size; equal to ``gain_optimal``)."""
+
+    d: float = 0.0
+    eta: float = 0.0
+    lr: float = 0.0
+    nu_equal_tied_closed: float | None = None
+    nu_equal_untied_closed: float | None = None
+    nu_opt_tied_closed: float | None = None
+    nu_opt_untied_closed: float | None = None
+    lr_opt_tied_closed: float | None = None
+    lr_opt_untied_closed: float | None = None
+    gain_equal_closed: float | None = None
+    gain_optimal_closed: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ODEGains(Result):
+    """Gains of the full ODE (:func:`ode_gains`): at equal step size ``lr`` and at each
+    network's ODE-optimal step size, from the start ``ode_start``."""
+
+    ode_start: str = "fixed"
+    m0_tied: float = 0.0
+    m0_untied_row: float = 0.0
+    nu_equal_tied_ode: float = math.inf
+    nu_equal_untied_ode: float = math.inf
+    gain_equal_ode: float | None = None
+    nu_opt_tied_ode: float = math.inf
+    nu_opt_untied_ode: float = math.inf
+    lr_opt_tied_ode: float = math.nan
+    lr_opt_untied_ode: float = math.nan
+    gain_optimal_ode: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GainCurveResult(Result):
+    """The gain vs L (:func:`gain_curve`): one row (a dict) per L in ``rows``;
+    :meth:`column` gives one field across the rows as an array (None -> NaN)."""
+
+    target: str = ""
+    step_rule: str = "equal"
+    d: float = 0.0
+    lr: float = 0.0
+    eta: float = 0.0
+    activation: str = "relu"
+    ode_start: str = "typical"
+    rows: list = field(default_factory=list, repr=False)
+
+    def column(self, name: str) -> np.ndarray:
+        return np.array([np.nan if r.get(name) is None else r[name] for r in self.rows], float)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EscapePrediction(Result):
+    """Escape-time scaling law and gains of a target (:func:`predicted_escape`)."""
+
+    sie: int | None = None
+    even_sie: int | None = None
+    alpha_tied: float | None = None
+    alpha_untied: float | None = None
+    gain_optimal: float | None = None
+    gain_equal: float | None = None
+    gain_optimal_published: float | None = None
+    gain_equal_published: float | None = None
+    tied_learnable: bool | None = None
+    exact: bool = True
+    scaling: str | None = None
+    scaling_constant_lr: str | None = None
+    exponent: int | None = None
+    log_power: int | None = None
+    steps_order: float | None = None
+    steps_escape_tied: float | None = None
+    steps_escape_untied: float | None = None
+    gain_ode: float | None = None
+
+
 # =========================================================================== closed form
 
 
-def drift_constants(expr, L: int, activation: str = "relu") -> dict:
-    """Constants of the linearised escape ODE near m = 0 (m-coordinates, see module docstring).
-
-    Returns sie, mu_k = E[sigma(u) He_k(u)], tied_contraction, op_norm, A_tied (signed),
-    A_untied (>= 0, best direction), K_tied = K(0) of the tied network, K_row = K_l(0) of one
-    untied row (from ``theory.ssi.model``'s noise term), and ``tied_escapes`` (False when the
-    tied drift vanishes or, for even SIE, points inwards)."""
-    from theory.ssi import model as ssi
-    from theory.ssi.hermite import analyze
-
+def drift_constants(expr: str | sp.Expr, L: int, activation: str = "relu") -> DriftConstants:
+    """Constants of the linearised escape ODE near m = 0 (see :class:`DriftConstants`)."""
     L = int(L)
     rep = analyze(expr, L)
     k = rep.sie
-    tn = ssi.TiedNetwork(expr, L=L, activation=activation)
-    un = ssi.UntiedNetwork(expr, L=L, activation=activation)
+    tn = TiedNetwork(expr, L=L, activation=activation)
+    un = UntiedNetwork(expr, L=L, activation=activation)
     K_t = float(tn.noise_K(None, 0.0))
     K_row = float(np.asarray(un.noise_K(None, np.zeros(L)))[0])
-    out = dict(
+    common = dict(
         sie=k,
         L=L,
         activation=activation,
@@ -147,23 +230,31 @@ def drift_constants(expr, L: int, activation: str = "relu") -> dict:
         op_norm=rep.op_norm,
         K_tied=K_t,
         K_row=K_row,
-        gain_optimal_spec=rep.gain_optimal,
-        gain_equal_spec=rep.gain_equal,
+        gain_equal=rep.gain_equal,
+        gain_optimal=rep.gain_optimal,
+        gain_equal_published=rep.gain_equal_published,
+        gain_optimal_published=rep.gain_optimal_published,
+        params=dict(expr=str(rep.expr), L=L, activation=activation),
     )
     if k is None:
-        out.update(mu_k=None, A_tied=0.0, A_untied=0.0, tied_escapes=False)
-        return out
+        return DriftConstants(
+            mu_k=None, A_tied=0.0, A_untied=0.0, tied_escapes=False, message=rep.message, **common
+        )
     mu = float(tn._ridge_moments(k)[0][k])
     if abs(mu) < 1e-12:  # quadrature zero (e.g. relu has no odd Hermite coefficient >= 3)
         mu = 0.0
     A_t = 2 * k * mu * L ** (-k / 2) * float(rep.tied_contraction)
     A_u = 2 * k * abs(mu) * L ** (-k / 2) * float(rep.op_norm)
     esc = A_t != 0 and (k % 2 == 1 or A_t > 0)
-    out.update(mu_k=mu, A_tied=A_t, A_untied=A_u, tied_escapes=bool(esc))
-    return out
+    msg = "" if esc else "the tied drift vanishes or points inwards: the tied network is stuck"
+    return DriftConstants(
+        mu_k=mu, A_tied=A_t, A_untied=A_u, tied_escapes=bool(esc), message=msg, **common
+    )
 
 
-def linear_escape_steps(A, K, k, lr, d, m0, eta) -> float:
+def linear_escape_steps(
+    A: float, K: float, k: int, lr: float, d: float, m0: float, eta: float
+) -> float:
     """SGD steps nu = t d / lr for dm/dt = A m^(k-1) - (lr K / 2) m from m0 to eta (inf if the
     noise term stops it first).  Odd k uses |A| (the sign of m follows the drift)."""
     A = abs(A) if k % 2 == 1 else A
@@ -189,66 +280,66 @@ def linear_escape_steps(A, K, k, lr, d, m0, eta) -> float:
     return t * d / lr
 
 
-def linear_optimal(A, K, k, d, m0, eta) -> tuple[float, float]:
-    """(nu*, lr*) minimising :func:`linear_escape_steps` over lr: explicit for k = 2
-    (lr* = A/K, nu* = 2 d K ln(eta/m0) / A^2), a bounded 1-D minimisation over the admissible
-    range (0, lr_max) otherwise (lr_max: where the noise term cancels the drift at the start)."""
+def linear_optimal(A: float, K: float, k: int, d: float, m0: float, eta: float) -> StepOptimum:
+    """The step size minimising :func:`linear_escape_steps`: explicit for k = 2 (lr* = A/K,
+    nu* = 2 d K ln(eta/m0) / A^2), a bounded 1-D minimisation over the admissible range
+    (0, lr_max) otherwise (lr_max: where the noise term cancels the drift at the start)."""
     A = abs(A) if k % 2 == 1 else A
     if A <= 0:
-        return math.inf, math.nan
+        return StepOptimum(nu=math.inf, lr=math.nan, message="no positive drift: stuck")
     if k == 2:
-        return 2 * d * K * math.log(eta / m0) / A**2, A / K
+        return StepOptimum(nu=2 * d * K * math.log(eta / m0) / A**2, lr=A / K, n_evals=0)
     lr_max = 2 * A / (K * eta) if k == 1 else 2 * A * m0 ** (k - 2) / K
     f = lambda y: math.log(linear_escape_steps(A, K, k, y * lr_max, d, m0, eta))
     r = minimize_scalar(f, bounds=(1e-6, 1 - 1e-9), method="bounded", options=dict(xatol=1e-10))
-    return math.exp(r.fun), float(r.x) * lr_max
+    return StepOptimum(nu=math.exp(r.fun), lr=float(r.x) * lr_max, n_evals=int(r.nfev))
+
+
+def _ratio(a, b):
+    if not math.isfinite(b):
+        return 0.0 if math.isfinite(a) else None
+    return a / b if math.isfinite(a) else math.inf
 
 
 def closed_form_gains(
-    expr, L: int, d: float, eta: float, lr: float, activation: str = "relu", m0: float | None = None
-) -> dict:
+    expr: str | sp.Expr,
+    L: int,
+    d: float,
+    eta: float,
+    lr: float,
+    activation: str = "relu",
+    m0: float | None = None,
+) -> ClosedFormGains:
     """Closed-form (linearised ODE) gains: ``gain_equal_closed`` (both at ``lr``) and
     ``gain_optimal_closed`` (each at its own optimal lr), with nu and lr of each network.
     Tied: from m0 (default 1/sqrt(d)) to eta; untied (m-coordinates, best direction): from
     sqrt(L) m0 to sqrt(L) eta, i.e. the same m_untied.  gain = 0 when the tied network cannot
-    escape (spec: tied stuck)."""
+    escape."""
     c = drift_constants(expr, L, activation)
     m0 = 1 / math.sqrt(d) if m0 is None else m0
-    k = c["sie"]
-    out = dict(c)
+    k = c.sie
+    base = dict(_as_dict(c), d=d, eta=eta, lr=lr)
     if k is None:
-        out.update(gain_equal_closed=None, gain_optimal_closed=None)
-        return out
+        return ClosedFormGains(**base, message=c.message, params=c.params)
     s = math.sqrt(L)
-    nt_eq = (
-        linear_escape_steps(c["A_tied"], c["K_tied"], k, lr, d, m0, eta)
-        if c["tied_escapes"]
-        else math.inf
-    )
-    nu_eq = linear_escape_steps(c["A_untied"], c["K_row"], k, lr, d, s * m0, s * eta)
-    nt_opt, lt_opt = (
-        linear_optimal(c["A_tied"], c["K_tied"], k, d, m0, eta)
-        if c["tied_escapes"]
-        else (math.inf, math.nan)
-    )
-    nu_opt, lu_opt = linear_optimal(c["A_untied"], c["K_row"], k, d, s * m0, s * eta)
-
-    def ratio(a, b):
-        if not math.isfinite(b):
-            return 0.0 if math.isfinite(a) else None
-        return a / b if math.isfinite(a) else math.inf
-
-    out.update(
+    A_t, A_u, K_t, K_r = c.A_tied, c.A_untied, c.K_tied, c.K_row
+    nt_eq = linear_escape_steps(A_t, K_t, k, lr, d, m0, eta) if c.tied_escapes else math.inf
+    nu_eq = linear_escape_steps(A_u, K_r, k, lr, d, s * m0, s * eta)
+    ot = linear_optimal(A_t, K_t, k, d, m0, eta) if c.tied_escapes else StepOptimum()
+    ou = linear_optimal(A_u, K_r, k, d, s * m0, s * eta)
+    return ClosedFormGains(
+        **base,
         nu_equal_tied_closed=nt_eq,
         nu_equal_untied_closed=nu_eq,
-        nu_opt_tied_closed=nt_opt,
-        nu_opt_untied_closed=nu_opt,
-        lr_opt_tied_closed=lt_opt,
-        lr_opt_untied_closed=lu_opt,
-        gain_equal_closed=ratio(nu_eq, nt_eq),
-        gain_optimal_closed=ratio(nu_opt, nt_opt),
+        nu_opt_tied_closed=ot.nu,
+        nu_opt_untied_closed=ou.nu,
+        lr_opt_tied_closed=ot.lr,
+        lr_opt_untied_closed=ou.lr,
+        gain_equal_closed=_ratio(nu_eq, nt_eq),
+        gain_optimal_closed=_ratio(ou.nu, ot.nu),
+        message=c.message,
+        params=dict(c.params, d=d, eta=eta, lr=lr, m0=m0),
     )
-    return out
 
 
 # =========================================================================== numerical ODE
@@ -262,17 +353,17 @@ def typical_start(d: float, rows: int) -> float:
     return math.exp(0.5 * (float(digamma(rows / 2)) + math.log(2))) / math.sqrt(rows * d)
 
 
-def ode_escape_steps(model, lr: float, d: float, eta: float, m0: float | None = None) -> float:
-    """Weak-recovery steps nu of the package's ODE (``theory.ssi.model.integrate_ode``) for one
+def ode_escape_steps(
+    model: SSIModel, lr: float, d: float, eta: float, m0: float | None = None
+) -> float:
+    """Weak-recovery steps nu of the package's ODE (:func:`theory.ssi.integrate_ode`) for one
     step size (inf when stuck).  m0: per-row start (default 1/sqrt(d))."""
-    from theory.ssi import model as ssi
-
-    res = ssi.integrate_ode(model, lr, d, m0=m0, eta=eta)
+    res = integrate_ode(model, lr, d, m0=m0, eta=eta)
     return math.inf if res.steps_escape is None else float(res.steps_escape)
 
 
 def ode_optimal(
-    model,
+    model: SSIModel,
     d: float,
     eta: float,
     lr_guess: float,
@@ -280,12 +371,12 @@ def ode_optimal(
     *,
     xatol: float = 0.005,
     span: float = 40.0,
-) -> tuple[float, float, int]:
-    """(nu*, lr*, n_evals): the step size minimising the ODE's escape steps, by bounded Brent
-    minimisation of ln nu over ln lr in [lr_guess / span, 1.9 lr_guess] (stuck step sizes count
-    as a large penalty).  ``lr_guess``: the closed-form optimum (the admissible range ends near
-    2 lr_guess for SIE 2, ~1.4 lr_guess for SIE 1).  xatol: tolerance in ln lr (nu is flat at
-    the optimum: 0.005 in ln lr is ~1e-5 relative in nu)."""
+) -> StepOptimum:
+    """The step size minimising the ODE's escape steps, by bounded Brent minimisation of ln nu
+    over ln lr in [lr_guess / span, 1.9 lr_guess] (stuck step sizes count as a large penalty).
+    ``lr_guess``: the closed-form optimum (the admissible range ends near 2 lr_guess for SIE 2,
+    ~1.4 lr_guess for SIE 1).  xatol: tolerance in ln lr (nu is flat at the optimum: 0.005 in
+    ln lr is ~1e-5 relative in nu)."""
     cache = {}
 
     def f(x):
@@ -298,224 +389,60 @@ def ode_optimal(
     minimize_scalar(f, bounds=(lo, hi), method="bounded", options=dict(xatol=xatol))
     best = min(cache, key=cache.get)
     if cache[best] >= 1e3 - hi:  # stuck at every step size tried
-        return math.inf, math.nan, len(cache)
-    return math.exp(cache[best]), math.exp(best), len(cache)
+        return StepOptimum(
+            nu=math.inf, lr=math.nan, n_evals=len(cache), message="stuck at every step size"
+        )
+    return StepOptimum(nu=math.exp(cache[best]), lr=math.exp(best), n_evals=len(cache))
 
 
 def ode_gains(
-    expr, L: int, d: float, eta: float, lr: float, activation: str = "relu", start: str = "fixed"
-) -> dict:
+    expr: str | sp.Expr,
+    L: int,
+    d: float,
+    eta: float,
+    lr: float,
+    activation: str = "relu",
+    start: str = "fixed",
+) -> ODEGains:
     """Gains of the full ODE: ``gain_equal_ode`` (both at ``lr``) and ``gain_optimal_ode``
     (each network at its ODE-optimal step size, :func:`ode_optimal`).  start: "fixed" (every row
     at m0 = 1/sqrt(d)) or "typical" (:func:`typical_start`, matching random starts)."""
-    from theory.ssi import model as ssi
-
     if start not in ("fixed", "typical"):
         raise ValueError("start must be 'fixed' or 'typical'")
     c = closed_form_gains(expr, L, d, eta, lr, activation)
-    tn = ssi.TiedNetwork(expr, L=L, activation=activation)
-    un = ssi.UntiedNetwork(expr, L=L, activation=activation)
+    tn = TiedNetwork(expr, L=L, activation=activation)
+    un = UntiedNetwork(expr, L=L, activation=activation)
     m0t = typical_start(d, 1) if start == "typical" else 1 / math.sqrt(d)
     m0u = typical_start(d, L) if start == "typical" else 1 / math.sqrt(d)
-    out = dict(ode_start=start, m0_tied=m0t, m0_untied_row=m0u)
-    nt = ode_escape_steps(tn, lr, d, eta, m0t) if c["tied_escapes"] else math.inf
+    nt = ode_escape_steps(tn, lr, d, eta, m0t) if c.tied_escapes else math.inf
     nu = ode_escape_steps(un, lr, d, eta, m0u)
-    out.update(
+    ok = lambda x: x is not None and math.isfinite(x) and x > 0
+    if c.tied_escapes and ok(c.lr_opt_tied_closed):
+        ot = ode_optimal(tn, d, eta, c.lr_opt_tied_closed, m0t)
+    else:
+        ot = StepOptimum()
+    ou = (
+        ode_optimal(un, d, eta, c.lr_opt_untied_closed, m0u)
+        if ok(c.lr_opt_untied_closed)
+        else (StepOptimum())
+    )
+    g_eq = (nu / nt) if math.isfinite(nt) else (0.0 if math.isfinite(nu) else None)
+    g_opt = (ou.nu / ot.nu) if math.isfinite(ot.nu) else (0.0 if math.isfinite(ou.nu) else None)
+    fin = lambda g: None if g is None or not math.isfinite(g) else g  # untied stuck too
+    return ODEGains(
+        ode_start=start,
+        m0_tied=m0t,
+        m0_untied_row=m0u,
         nu_equal_tied_ode=nt,
         nu_equal_untied_ode=nu,
-        gain_equal_ode=(nu / nt) if math.isfinite(nt) else (0.0 if math.isfinite(nu) else None),
+        gain_equal_ode=fin(g_eq),
+        nu_opt_tied_ode=ot.nu,
+        nu_opt_untied_ode=ou.nu,
+        lr_opt_tied_ode=ot.lr,
+        lr_opt_untied_ode=ou.lr,
+        gain_optimal_ode=fin(g_opt),
+        params=dict(expr=str(expr), L=L, d=d, eta=eta, lr=lr, activation=activation),
     )
-    ok = lambda x: x is not None and math.isfinite(x) and x > 0
-    if c["tied_escapes"] and ok(c["lr_opt_tied_closed"]):
-        st, lt, _ = ode_optimal(tn, d, eta, c["lr_opt_tied_closed"], m0t)
-    else:
-        st, lt = math.inf, math.nan
-    if ok(c["lr_opt_untied_closed"]):
-        su, lu, _ = ode_optimal(un, d, eta, c["lr_opt_untied_closed"], m0u)
-    else:
-        su, lu = math.inf, math.nan
-    out.update(
-        nu_opt_tied_ode=st,
-        nu_opt_untied_ode=su,
-        lr_opt_tied_ode=lt,
-        lr_opt_untied_ode=lu,
-        gain_optimal_ode=(su / st) if math.isfinite(st) else (0.0 if math.isfinite(su) else None),
-    )
-    if out["gain_optimal_ode"] is not None and not math.isfinite(out["gain_optimal_ode"]):
-        out["gain_optimal_ode"] = None  # untied stuck too
-    if out["gain_equal_ode"] is not None and not math.isfinite(out["gain_equal_ode"]):
-        out["gain_equal_ode"] = None
-    return out
-
-
-# =========================================================================== flattened untied SGD
-
-
-@numba.njit(cache=True)
-def flat_chunk(c, r, alpha, beta, chi, Y, h, act, eta2):
-    """Exact reduced chain of the FLATTENED untied network, ``alpha.shape[0]`` steps in place.
-
-    W in R^{L x d} on one sphere of radius sqrt(L d); c (L,) = coordinates of W/sqrt(L d) along
-    the orthonormal directions e_l (x) w*/sqrt(d) (c_l = m_l / sqrt(L), |c| = m_untied), r (1,)
-    the norm of the rest.  Per step (same derivation as ``theory.ssi.sgd.reduced`` with the
-    frame of the L teacher directions of R^{L d}): z* = alpha (n, L), u = c.alpha + r beta,
-    delta = 2 (sigma(u) - y) sigma'(u), c' = c - h delta alpha, r' = r - h delta beta,
-    rest^2 = h^2 delta^2 chi, chi ~ chi^2(L d - L - 1), h = gamma / (L d), renormalise.
-    Returns (first index with |c|^2 >= eta2 or -1, sum of losses)."""
-    n, L = alpha.shape
-    cn = np.empty(L)
-    hit = -1
-    loss_sum = 0.0
-    for t in range(n):
-        u = r[0] * beta[t]
-        for l in range(L):
-            u += c[l] * alpha[t, l]
-        s = act_value(act, u)
-        res = s - Y[t]
-        loss_sum += res * res
-        dl = 2.0 * res * act_deriv(act, u)
-        nrm2 = 0.0
-        for l in range(L):
-            cn[l] = c[l] - h * dl * alpha[t, l]
-            nrm2 += cn[l] * cn[l]
-        rp = r[0] - h * dl * beta[t]
-        perp2 = rp * rp + h * h * dl * dl * chi[t]
-        inv = 1.0 / math.sqrt(nrm2 + perp2)
-        q = 0.0
-        for l in range(L):
-            c[l] = cn[l] * inv
-            q += c[l] * c[l]
-        r[0] = math.sqrt(perp2) * inv
-        if hit < 0 and q >= eta2:
-            hit = t
-    return hit, loss_sum
-
-
-def flat_chunk_numpy(c, r, alpha, beta, chi, Y, h, act, eta2):
-    """Plain numpy reference of :func:`flat_chunk` (same in-place semantics)."""
-    from theory.ssi.sgd._kernels import act_numpy
-
-    hit, loss_sum = -1, 0.0
-    for t in range(alpha.shape[0]):
-        u = float(c @ alpha[t] + r[0] * beta[t])
-        s, ds = act_numpy(act, u)
-        res = float(s) - float(Y[t])
-        loss_sum += res * res
-        dl = 2.0 * res * float(ds)
-        cn = c - h * dl * alpha[t]
-        rp = r[0] - h * dl * beta[t]
-        perp2 = rp**2 + h * h * dl * dl * chi[t]
-        nrm = math.sqrt(cn @ cn + perp2)
-        c[:] = cn / nrm
-        r[0] = math.sqrt(perp2) / nrm
-        if hit < 0 and c @ c >= eta2:
-            hit = t
-    return hit, loss_sum
-
-
-def simulate_flat_untied(
-    expr,
-    L: int,
-    d: int,
-    lr: float,
-    seed,
-    *,
-    eta: float = 0.5,
-    max_steps: int = 10**8,
-    activation: str = "relu",
-    chunk: int = 1 << 14,
-):
-    """Escape step of the flattened untied network (exact reduced chain, :func:`flat_chunk`)
-    from a uniformly random start on the sphere of R^{L d}: returns the first step with
-    m_untied = ||W w*/d|| / sqrt(L) >= eta, or None within ``max_steps``."""
-    from theory.ssi.sgd._kernels import ACTIVATIONS
-    from theory.ssi.sgd.simulate import _target_callable
-
-    L, d = int(L), int(d)
-    if d < 3:
-        raise ValueError("d must be >= 3")
-    check_positive("lr", lr)
-    act = ACTIVATIONS.get(str(activation).lower())
-    if act is None:
-        raise ValueError(
-            f"activation {activation!r} is not available; use one of {sorted(ACTIVATIONS)}"
-        )
-    tfn = _target_callable(("expr", expr), L)
-    rng = as_rng(seed)
-    D = L * d
-    g = rng.standard_normal(L)
-    c = g / math.sqrt(g @ g + rng.chisquare(D - L))
-    r = np.array([math.sqrt(max(1.0 - c @ c, 0.0))])
-    eta2 = eta * eta
-    if c @ c >= eta2:
-        return 0
-    h = lr / D
-    pos = 0
-    while pos < max_steps:
-        n = min(chunk, max_steps - pos)
-        alpha = rng.standard_normal((n, L))
-        beta = rng.standard_normal(n)
-        chi = rng.chisquare(D - L - 1, n)
-        Y = np.ascontiguousarray(tfn(alpha)[:, 0])
-        hit, _ = flat_chunk(c, r, alpha, beta, chi, Y, h, act, eta2)
-        if not np.all(np.isfinite(c)):
-            return None
-        if hit >= 0:
-            return pos + int(hit) + 1
-        pos += n
-    return None
-
-
-def _flat_job(args):
-    expr, L, d, lr, seed, kw = args
-    return seed, simulate_flat_untied(expr, L, d, lr, seed, **kw)
-
-
-def _cache_path(cache_dir, kind, key: dict):
-    import hashlib
-    import json
-
-    if cache_dir is None:
-        return None
-    h = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return Path(cache_dir) / f"gain-{kind}-{h}.jsonl"
-
-
-def _flat_seeds(expr, L, d, lr, seeds, workers, out=None, **kw):
-    """Escape steps of the flattened untied network for every seed; with ``out`` (JSON lines)
-    finished seeds are appended at once and not re-run."""
-    import json
-
-    done = {}
-    if out is not None and Path(out).exists():
-        for line in Path(out).read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # torn last line after a kill
-                continue
-            done[rec["seed"]] = rec["steps_escape"]
-    todo = [s for s in seeds if s not in done]
-
-    def store(seed, nu):
-        done[seed] = nu
-        if out is not None:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            with open(out, "a") as fh:
-                fh.write(json.dumps(dict(seed=seed, steps_escape=nu)) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-
-    jobs = [(expr, L, d, lr, s, kw) for s in todo]
-    if workers is None:
-        workers = min(len(jobs), os.cpu_count() or 1)
-    if workers <= 1 or len(jobs) <= 1:
-        for j in jobs:
-            store(*_flat_job(j))
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as ex:
-            for seed, nu in ex.map(_flat_job, jobs):
-                store(seed, nu)
-    return [done[s] for s in seeds]
 
 
 # =========================================================================== simulation + rows
@@ -530,27 +457,6 @@ def _summarise(nu_list, max_steps):
     nu = np.where(np.isnan(nu), float(max_steps), nu)
     se = float(nu.std(ddof=1) / math.sqrt(len(nu))) if len(nu) > 1 else 0.0
     return float(nu.mean()), se, stuck
-
-
-def _escape_stats(spec, d, lr, seeds, eta, max_steps, workers, progress, out=None):
-    from theory.ssi.sgd.simulate import simulate_seeds
-
-    res = simulate_seeds(
-        spec,
-        d,
-        lr,
-        seeds,
-        reduced=True,
-        workers=workers,
-        progress=progress,
-        eta=eta,
-        max_steps=max_steps,
-        margin=0.0,
-        t_margin=0.0,
-        out=out,
-        n_record=2,
-    )
-    return _summarise([r.steps_escape for r in res], max_steps)
 
 
 def _scan(run, cand, step_rule):
@@ -580,50 +486,67 @@ def _ratio_err(mu, su, mt, st):
     return gain, err
 
 
+_CLOSED_KEYS = (
+    "A_tied",
+    "A_untied",
+    "K_tied",
+    "K_row",
+    "mu_k",
+    "tied_escapes",
+    "gain_equal_closed",
+    "gain_optimal_closed",
+    "lr_opt_tied_closed",
+    "lr_opt_untied_closed",
+    "nu_opt_tied_closed",
+    "nu_opt_untied_closed",
+    "nu_equal_tied_closed",
+    "nu_equal_untied_closed",
+)
+
+
 def gain_curve(
-    target,
-    Ls,
+    target: str | sp.Expr | Callable[[int], str | sp.Expr],
+    Ls: Sequence[int] | int,
     *,
-    simulate=False,
-    d=1000,
-    lr=0.05,
-    seeds=16,
-    step_rule="equal",
-    activation="relu",
-    eta=0.5,
-    lrs=None,
-    lr_factors=(0.5, 0.71, 1.0, 1.41),
-    max_steps=None,
-    workers=None,
-    progress=False,
-    rng=0,
-    ode=True,
-    ode_start="typical",
-    untied_norms=("rows",),
-    cache_dir=None,
-) -> list[dict]:
-    """Rows (one per L) with the predicted and (optionally) simulated tied/untied gain.
+    simulate: bool = False,
+    d: int = 1000,
+    lr: float = 0.05,
+    seeds: int | Sequence[int] = 16,
+    step_rule: str = "equal",
+    activation: str = "relu",
+    eta: float = 0.5,
+    lrs: Sequence[float] | None = None,
+    lr_factors: Sequence[float] = (0.5, 0.71, 1.0, 1.41),
+    max_steps: int | None = None,
+    workers: int | None = None,
+    progress: bool = False,
+    rng: int | np.random.Generator = 0,
+    ode: bool = True,
+    ode_start: str = "typical",
+    untied_norms: Sequence[str] = ("rows",),
+    store: Store | str | Path | None = None,
+) -> GainCurveResult:
+    """The gain vs L, predicted and (optionally) simulated: one row per L.
 
-    Row fields: L, target, sie, tied_contraction, op_norm, gain_optimal, gain_equal (the spec's
-    formulas, ``theory.ssi.hermite.analyze``), gain_predicted (one of these by ``step_rule``);
-    the closed form of the package's ODE (module docstring): gain_optimal_closed,
-    gain_equal_closed, A_tied, A_untied, K_tied, K_row, lr_opt_*_closed, nu_*_closed; with
-    ``ode=True`` the full ODE: gain_optimal_ode, gain_equal_ode, lr_opt_tied_ode,
-    lr_opt_untied_ode, nu_opt_*_ode, nu_equal_*_ode (start ``ode_start``: "typical" matches
-    the random starts of the simulation, "fixed" is m0 = 1/sqrt(d)), gain_predicted_ode.
-    With ``simulate=True``: gain_sim, gain_sim_err, nu_tied, nu_tied_err, nu_untied,
-    nu_untied_err, lr_tied, lr_untied, n_seeds, stuck_tied, stuck_untied (runs without recovery
-    within ``max_steps``, counted at max_steps), scan_tied / scan_untied (every step size tried),
-    and for ``"flat"`` in ``untied_norms`` the same with suffix ``_flat`` (flattened untied
-    normalisation, :func:`simulate_flat_untied`).  Step sizes for ``step_rule="optimal"``:
-    ``lrs`` if given (shared by both networks), else each network's ODE-optimal step size times
-    ``lr_factors`` (closed-form optimum if ``ode=False``).  seeds: a count or a list of ints.
-    cache_dir: if given, every finished SGD run is appended to a JSON-lines file there (keyed by
-    all parameters) and not re-run: an interrupted curve resumes.
+    Row fields: L, target, sie, tied_contraction, op_norm; the gains of the leading Hermite
+    tensor (:func:`theory.ssi.hermite.gains`): ``gain_equal``, ``gain_optimal`` (this package)
+    and ``gain_equal_published``, ``gain_optimal_published`` (the paper's formulas);
+    ``gain_predicted`` (the package's gain of ``step_rule``); the closed form of the linearised
+    ODE at this d, eta, lr (:func:`closed_form_gains`): gain_optimal_closed, gain_equal_closed,
+    A_tied, A_untied, K_tied, K_row, lr_opt_*_closed, nu_*_closed; with ``ode=True`` the full
+    ODE: gain_optimal_ode, gain_equal_ode, lr_opt_tied_ode, lr_opt_untied_ode, nu_opt_*_ode,
+    nu_equal_*_ode (start ``ode_start``: "typical" matches the random starts of the simulation,
+    "fixed" is m0 = 1/sqrt(d)), gain_predicted_ode.  With ``simulate=True`` (exact reduced SGD
+    chain): gain_sim, gain_sim_err, nu_tied, nu_tied_err, nu_untied, nu_untied_err, lr_tied,
+    lr_untied, n_seeds, stuck_tied, stuck_untied (runs without recovery within ``max_steps``,
+    counted at max_steps), scan_tied / scan_untied (every step size tried), and for ``"flat"``
+    in ``untied_norms`` the same with suffix ``_flat`` (flattened untied normalisation).  Step
+    sizes for ``step_rule="optimal"``: ``lrs`` if given (shared by both networks), else each
+    network's ODE-optimal step size times ``lr_factors`` (closed-form optimum if
+    ``ode=False``).  seeds: a count (drawn from ``rng``) or a list of ints.  store: a
+    :class:`theory.store.Store` or its path; every finished SGD run is kept there and not run
+    again, so an interrupted curve resumes.
     """
-    from theory.ssi.hermite import analyze
-    from theory.ssi.sgd.simulate import SimSpec
-
     if step_rule not in ("equal", "optimal"):
         raise ValueError(f"step_rule must be 'equal' or 'optimal', got {step_rule!r}")
     bad = [u for u in untied_norms if u not in UNTIED_NORMS]
@@ -638,143 +561,205 @@ def gain_curve(
     check_positive("lr", lr)
     check_positive("eta", eta)
     if isinstance(seeds, (int, np.integer)):
-        base = np.random.default_rng(rng).integers(0, 2**62, size=int(seeds))
+        base = as_rng(rng).integers(0, 2**62, size=int(seeds))
         seed_list = [int(s) for s in base]
     else:
         seed_list = [int(s) for s in seeds]
+    if store is not None and not isinstance(store, Store):
+        store = Store(store)
     rows = []
     for L in Ls:
         expr = family_target(target, L)
-        rep = analyze(expr, L)
+        cf = closed_form_gains(expr, L, d, eta, lr, activation)
         row = dict(
             L=L,
             target=str(expr),
-            sie=rep.sie,
-            tied_contraction=rep.tied_contraction,
-            op_norm=rep.op_norm,
-            gain_optimal=rep.gain_optimal,
-            gain_equal=rep.gain_equal,
+            sie=cf.sie,
+            tied_contraction=cf.tied_contraction,
+            op_norm=cf.op_norm,
+            gain_optimal=cf.gain_optimal,
+            gain_equal=cf.gain_equal,
+            gain_optimal_published=cf.gain_optimal_published,
+            gain_equal_published=cf.gain_equal_published,
             step_rule=step_rule,
-            gain_predicted=rep.gain_optimal if step_rule == "optimal" else rep.gain_equal,
+            gain_predicted=cf.gain_optimal if step_rule == "optimal" else cf.gain_equal,
             d=d,
             eta=eta,
             lr=lr,
             activation=activation,
         )
-        cf = closed_form_gains(expr, L, d, eta, lr, activation)
-        for key in (
-            "A_tied",
-            "A_untied",
-            "K_tied",
-            "K_row",
-            "mu_k",
-            "tied_escapes",
-            "gain_equal_closed",
-            "gain_optimal_closed",
-            "lr_opt_tied_closed",
-            "lr_opt_untied_closed",
-            "nu_opt_tied_closed",
-            "nu_opt_untied_closed",
-            "nu_equal_tied_closed",
-            "nu_equal_untied_closed",
-        ):
-            row[key] = cf.get(key)
-        lr_centre = dict(tied=cf.get("lr_opt_tied_closed"), untied=cf.get("lr_opt_untied_closed"))
-        if ode and rep.sie is not None:
+        for key in _CLOSED_KEYS:
+            row[key] = getattr(cf, key)
+        lr_centre = dict(tied=cf.lr_opt_tied_closed, untied=cf.lr_opt_untied_closed)
+        if ode and cf.sie is not None:
             og = ode_gains(expr, L, d, eta, lr, activation, start=ode_start)
-            row.update(og)
-            row["gain_predicted_ode"] = og[
-                "gain_optimal_ode" if step_rule == "optimal" else "gain_equal_ode"
-            ]
-            lr_centre = dict(tied=og["lr_opt_tied_ode"], untied=og["lr_opt_untied_ode"])
-        if simulate:
-            cap0 = int(max_steps) if max_steps is not None else None
-            best = {}
-            kinds = ["tied"] + [("untied" if u == "rows" else "untied_flat") for u in untied_norms]
-            for kind in kinds:
-                if step_rule == "equal":
-                    cand = [lr]
-                elif lrs is not None:
-                    cand = sorted(lrs, key=lambda g: abs(math.log(g / lr)))
-                else:
-                    c0 = lr_centre["tied" if kind == "tied" else "untied"]
-                    if c0 is None or not math.isfinite(c0):
-                        c0 = lr
-                    cand = sorted((c0 * f for f in lr_factors), key=lambda g: abs(math.log(g / c0)))
-                if cap0 is None:
-                    ref = max(
-                        row.get("nu_opt_untied_ode") or 0.0,
-                        row.get("nu_equal_untied_ode") or 0.0,
-                        1e4,
-                    )
-                    base_cap = int(
-                        min(50 * ref if math.isfinite(ref) else 1e9, 200 * d / min(cand))
-                    )
-                else:
-                    base_cap = cap0
-
-                if kind == "untied_flat":
-
-                    def run(g, cap, _e=expr, _L=L, _b=base_cap):
-                        cap = _b if cap is None else min(cap, _b)
-                        out = _cache_path(
-                            cache_dir,
-                            "flat",
-                            dict(
-                                target=str(_e),
-                                L=_L,
-                                d=int(d),
-                                lr=g,
-                                eta=eta,
-                                cap=cap,
-                                act=activation,
-                            ),
-                        )
-                        nus = _flat_seeds(
-                            _e,
-                            _L,
-                            int(d),
-                            g,
-                            seed_list,
-                            workers,
-                            out=out,
-                            eta=eta,
-                            max_steps=cap,
-                            activation=activation,
-                        )
-                        return _summarise(nus, cap)
-                else:
-                    spec = SimSpec(kind=kind, L=L, target=("expr", expr), activation=activation)
-
-                    def run(g, cap, _s=spec, _b=base_cap):
-                        cap = _b if cap is None else min(cap, _b)
-                        out = _cache_path(
-                            cache_dir,
-                            _s.kind,
-                            dict(spec=_s.describe(), d=int(d), lr=g, eta=eta, cap=cap),
-                        )
-                        return _escape_stats(
-                            _s, d, g, seed_list, eta, cap, workers, progress, out=out
-                        )
-
-                best[kind], row[f"scan_{kind}"] = _scan(run, cand, step_rule)
-            mt, st, kt, gt = best["tied"]
-            row.update(
-                nu_tied=mt, nu_tied_err=st, lr_tied=gt, stuck_tied=kt, n_seeds=len(seed_list)
+            row.update(_as_dict(og))
+            row["gain_predicted_ode"] = (
+                og.gain_optimal_ode if step_rule == "optimal" else og.gain_equal_ode
             )
-            for kind in kinds[1:]:
-                mu, su, ku, gu = best[kind]
-                sfx = "" if kind == "untied" else "_flat"
-                gain, err = _ratio_err(mu, su, mt, st)
-                row.update(
-                    {
-                        f"gain_sim{sfx}": gain,
-                        f"gain_sim{sfx}_err": err,
-                        f"nu_untied{sfx}": mu,
-                        f"nu_untied{sfx}_err": su,
-                        f"lr_untied{sfx}": gu,
-                        f"stuck_untied{sfx}": ku,
-                    }
-                )
+            lr_centre = dict(tied=og.lr_opt_tied_ode, untied=og.lr_opt_untied_ode)
+        if simulate:
+            sim = dict(
+                d=d,
+                lr=lr,
+                eta=eta,
+                activation=activation,
+                step_rule=step_rule,
+                lrs=lrs,
+                lr_factors=lr_factors,
+                max_steps=max_steps,
+                untied_norms=untied_norms,
+                workers=workers,
+                progress=progress,
+            )
+            _simulate_row(row, expr, L, sim, lr_centre, seed_list, store)
         rows.append(row)
-    return rows
+    return GainCurveResult(
+        target=str(target),
+        step_rule=step_rule,
+        d=d,
+        lr=lr,
+        eta=eta,
+        activation=activation,
+        ode_start=ode_start,
+        rows=rows,
+        params=dict(
+            Ls=Ls, simulate=simulate, seeds=len(seed_list), untied_norms=list(untied_norms)
+        ),
+    )
+
+
+def _simulate_row(row, expr, L, sim, lr_centre, seed_list, store):
+    """The SGD columns of one gain-curve row (see :func:`gain_curve`; ``sim``: its simulation
+    arguments)."""
+    d, lr, eta, activation = sim["d"], sim["lr"], sim["eta"], sim["activation"]
+    step_rule, lrs, lr_factors = sim["step_rule"], sim["lrs"], sim["lr_factors"]
+    max_steps, untied_norms = sim["max_steps"], sim["untied_norms"]
+    workers, progress = sim["workers"], sim["progress"]
+    cap0 = int(max_steps) if max_steps is not None else None
+    best = {}
+    kinds = ["tied"] + [("untied" if u == "rows" else "untied_flat") for u in untied_norms]
+    for kind in kinds:
+        if step_rule == "equal":
+            cand = [lr]
+        elif lrs is not None:
+            cand = sorted(lrs, key=lambda g: abs(math.log(g / lr)))
+        else:
+            c0 = lr_centre["tied" if kind == "tied" else "untied"]
+            if c0 is None or not math.isfinite(c0):
+                c0 = lr
+            cand = sorted((c0 * f for f in lr_factors), key=lambda g: abs(math.log(g / c0)))
+        if cap0 is None:
+            nus = (row.get("nu_opt_untied_ode"), row.get("nu_equal_untied_ode"))
+            ref = max(nus[0] or 0.0, nus[1] or 0.0, 1e4)
+            base_cap = int(min(50 * ref if math.isfinite(ref) else 1e9, 200 * d / min(cand)))
+        else:
+            base_cap = cap0
+        if kind == "tied":
+            model = TiedNetwork(expr, L=L, activation=activation)
+        else:
+            norm = "rows" if kind == "untied" else "flat"
+            model = UntiedNetwork(expr, L=L, activation=activation, normalisation=norm)
+
+        def run(g, cap, _m=model, _b=base_cap):
+            cap = _b if cap is None else min(cap, _b)
+            res = simulate_seeds(
+                _m,
+                d,
+                g,
+                seed_list,
+                reduced=True,
+                workers=workers,
+                progress=progress,
+                store=store,
+                eta=eta,
+                max_steps=cap,
+                margin=0.0,
+                t_margin=0.0,
+                n_record=2,
+            )
+            return _summarise([r.steps_escape for r in res], cap)
+
+        best[kind], row[f"scan_{kind}"] = _scan(run, cand, step_rule)
+    mt, st, kt, gt = best["tied"]
+    row.update(nu_tied=mt, nu_tied_err=st, lr_tied=gt, stuck_tied=kt, n_seeds=len(seed_list))
+    for kind in kinds[1:]:
+        mu, su, ku, gu = best[kind]
+        sfx = "" if kind == "untied" else "_flat"
+        gain, err = _ratio_err(mu, su, mt, st)
+        row.update(
+            {
+                f"gain_sim{sfx}": gain,
+                f"gain_sim{sfx}_err": err,
+                f"nu_untied{sfx}": mu,
+                f"nu_untied{sfx}_err": su,
+                f"lr_untied{sfx}": gu,
+                f"stuck_untied{sfx}": ku,
+            }
+        )
+
+
+# =========================================================================== escape predictions
+
+
+def predicted_escape(
+    target: str | sp.Expr,
+    L: int | None = None,
+    d: float | None = None,
+    lr: float | None = None,
+    activation: str = "relu",
+) -> EscapePrediction:
+    """Escape-time scaling law and tied/untied gains from the Hermite data (docs/ssi.md eq. 28).
+
+    ``scaling`` ("d", "d log^2 d", "d^(k-1)"), ``exponent`` and ``log_power`` (steps ~
+    d^exponent log^log_power d at the best admissible step size), ``steps_order`` (that
+    expression evaluated at ``d`` when given, no constant), ``alpha_tied`` = C_SIE x (1..1),
+    ``alpha_untied`` = ||C_SIE||_op, the four gains of :func:`theory.ssi.hermite.gains`,
+    ``tied_learnable``, ``even_sie``.  The scaling is at the optimal step size (constant-gamma
+    SIE = 2: d log d, ``scaling_constant_lr``).  With both ``d`` and ``lr``: the ODE escape
+    steps of the tied and the untied network with ``activation`` from m0 = 1/sqrt(d)
+    (threshold eta = 2/sqrt(d) on m, resp. on m_untied): ``steps_escape_tied``,
+    ``steps_escape_untied`` (None if stuck) and ``gain_ode`` (their ratio, untied / tied, at
+    equal step size).
+    """
+    rep = analyze(target, L)
+    k = rep.sie
+    out = dict(
+        sie=k,
+        even_sie=rep.even_sie,
+        alpha_tied=rep.tied_contraction,
+        alpha_untied=rep.op_norm,
+        gain_optimal=rep.gain_optimal,
+        gain_equal=rep.gain_equal,
+        gain_optimal_published=rep.gain_optimal_published,
+        gain_equal_published=rep.gain_equal_published,
+        tied_learnable=rep.tied_learnable,
+        exact=rep.exact,
+        message=rep.message,
+        params=dict(expr=rep.expr, L=rep.L, d=d, lr=lr, activation=activation),
+    )
+    if k is None:
+        return EscapePrediction(**out)
+    if k == 1:
+        sc, ex, lp = "d", 1, 0
+    elif k == 2:
+        sc, ex, lp = "d log^2 d", 1, 2
+    else:
+        sc, ex, lp = f"d^{k - 1}", k - 1, 0
+    out.update(
+        scaling=sc, exponent=ex, log_power=lp, scaling_constant_lr=("d log d" if k == 2 else sc)
+    )
+    if d is not None:
+        d = check_positive("d", d)
+        out["steps_order"] = d**ex * math.log(d) ** lp
+        if lr is not None:
+            t = parse_target(target, L)
+            rt = integrate_ode(TiedNetwork(t, t.L, activation), lr, d)
+            ru = integrate_ode(UntiedNetwork(t, t.L, activation), lr, d)
+            st, su = rt.steps_escape, ru.steps_escape
+            out.update(
+                steps_escape_tied=st,
+                steps_escape_untied=su,
+                gain_ode=(su / st) if (st and su) else (0.0 if su else None),
+            )
+    return EscapePrediction(**out)

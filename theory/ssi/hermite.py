@@ -1,76 +1,43 @@
-"""Hermite expansions of a target g(z_1, ..., z_L), its sequence information exponent (SIE) and
-the predicted tied/untied gain (spec sequence-single-index.md, sections 4-5).
+"""Hermite expansion of a target g(z_1, ..., z_L), its sequence information exponent (SIE), the
+leading tensor's tied contraction and operator norm, and the tied/untied gains they predict.
 
-Normalisation (stated once for the module)
-------------------------------------------
-z ~ N(0, I_L).  He_k are the probabilists' Hermite polynomials (He_2(x) = x^2 - 1,
-E[He_j He_k] = delta_jk k!).  For a multi-index alpha = (alpha_1..alpha_L), |alpha| = sum alpha_l,
-He_alpha(z) = prod_l He_{alpha_l}(z_l), alpha! = prod_l alpha_l!.  A square-integrable g has
+Definitions (docs/ssi.md section 5, eqs. 21-24; stated once)
+-----------------------------------------------------------
+z ~ N(0, I_L); He_k are the probabilists' Hermite polynomials (E[He_j He_k] = delta_jk k!);
+He_alpha(z) = prod_l He_{alpha_l}(z_l), alpha! = prod_l alpha_l!, |alpha| = sum_l alpha_l.
 
-    g(z) = sum_alpha a_alpha He_alpha(z),      a_alpha = E[g He_alpha] / alpha!.
+    g(z) = sum_alpha a_alpha He_alpha(z),   a_alpha = E[g He_alpha] / alpha!,
+    C_k[i_1..i_k] = a_alpha alpha! / k!   (alpha = multiplicities of i_1..i_k),
+    E[f g] = sum_k k! <C_k(f), C_k(g)>    (Parseval, with k!).
 
-The k-th Hermite tensor is the symmetric tensor C_k of shape (L,)*k with
+Examples: C_2(sum_l He_2(z_l)) = I_L; C_2(z_1 z_2) = [[0, 1/2], [1/2, 0]].
 
-    C_k[i_1..i_k] = E[g He_alpha] / k! = a_alpha alpha! / k!,
-    alpha = multiplicities of the indices (i_1..i_k),
+Quantities of :func:`analyze`
+-----------------------------
+* ``sie``: the lowest k >= 1 with C_k != 0 (None for a constant target); for L = 1 the classic
+  information exponent (``information_exponent``).  ``even_sie``: the same for the even part
+  (g(z) + g(-z))/2 -- what attention without positional encoding sees.
+* ``tied_contraction`` = C_SIE x (1..1) = sum_{|alpha| = SIE} a_alpha (no 1/sqrt(L) factors).
+* ``op_norm`` = ||C_SIE||_op = max_{|u|=1} |<C_SIE, u^(x)SIE>|: exact for SIE <= 2 (Euclidean
+  norm, largest |eigenvalue|); for SIE >= 3 the best of restarted local maximisations on the
+  sphere, a lower bound, flagged exact (``op_norm_exact``) only when it meets the upper bound of
+  the unfolding's largest singular value, or when C_SIE is diagonal or L = 1.
+* the gains nu_untied / nu_tied of the weak-recovery step counts (:func:`gains`, docs/ssi.md
+  eqs. 29-31), with ratio = tied_contraction / op_norm and k = SIE:
 
-i.e. C_k = E[g H_k(z)] / k! with H_k the multivariate Hermite tensor (H_k[i] = He_alpha(z)).  Then
+      gain_equal   = |ratio| L^(1 - k/2)      both networks at the same small step size,
+      gain_optimal = ratio^2 L^(1 - k)        each network at its own optimal step size,
 
-    g(z) = sum_k <C_k, H_k(z)>,      E[f g] = sum_k k! <C_k(f), C_k(g)>   (Parseval, with k!),
-
-and for a unit vector u, E[g He_k(u.z)] = k! <C_k, u^{(x)k}>.  Examples: C_2(sum_l He_2(z_l)) = I_L;
-C_2(z_1 z_2) = [[0, 1/2], [1/2, 0]].
-
-Quantities of :func:`analyze` (spec section 5)
-----------------------------------------------
-* ``sie``: the lowest k >= 1 with C_k != 0 (None for a constant target).  For L = 1 it is the
-  classic information exponent (``information_exponent``).
-* ``tied_contraction`` = C_SIE x (1,...,1): the full contraction with the all-ones vector, i.e.
-  the sum of all entries of C_SIE, = sum_{|alpha| = SIE} a_alpha (each alpha occurs SIE!/alpha!
-  times with entry a_alpha alpha!/SIE!); no 1/sqrt(L) factors.  It is alpha_tied of the spec's
-  tied dynamics m' ~ alpha_tied m^(SIE-1).  The drift obtained from the loss carries an extra
-  L^(-SIE/2) (spec section 8), because the tied pre-activation is sum_l z_l / sqrt(L) =
-  u.z with u = 1/sqrt(L): E[g He_k(u.z)] = k! <C_k, u^(x)k> = k! L^(-k/2) C_k x (1..1).
-* ``op_norm`` = ||C_SIE||_op = max_{|u|=1} |<C_SIE, u^{(x)SIE}>| (Euclidean norm for SIE = 1,
-  largest |eigenvalue| for SIE = 2 -- both exact; for SIE >= 3 best of restarted local
-  maximisations on the sphere, an ESTIMATE (a lower bound), certified exact (``op_norm_exact``)
-  only when it matches the upper bound given by the largest singular value of the
-  L x L^(SIE-1) unfolding, or when C_SIE is diagonal or L = 1).
-* gains: ratio nu_untied / nu_tied of predicted weak-recovery step counts (untied network: rows
-  on their own spheres, overlap m_untied = ||W w*/d|| / sqrt(L), threshold eta sqrt(L)):
-      gain_optimal = (tied_contraction / op_norm)^2 * (L if SIE == 1 else 1)   (each at its best
-                     admissible step size),
-      gain_equal   = |tied_contraction / op_norm| * (sqrt(L) if SIE == 1 else 1)   (same gamma).
-  gain > 1 means the tied network recovers faster.  Examples: sum_l He_2(z_l): C_2 = I,
-  contraction L, op norm 1 -> gain_optimal = L^2, gain_equal = L.  sum_l z_l: contraction L,
-  op norm sqrt(L) -> L^2 and L.  z_1 - z_2: contraction 0 -> gain 0, tied network stuck.
-  Equality (not just scaling) holds when C_SIE is orthogonally decomposable (SIE <= 2, separable
-  g); otherwise the numbers are the spec's order-of-magnitude prediction.
-  CAVEAT (measured and derived in theory.ssi.gain): ``gain_optimal`` is the spec's formula,
-  which assumes that the untied rows carry the same SGD noise constant K as the tied network.
-  With per-row spheres (and also with one flattened sphere) every untied row sees K/L, so the
-  package's own ODE predicts gain_optimal / L at optimal step sizes for SIE <= 2 -- L, not L^2,
-  for sum_l He_2(z_l) -- and finite-d SGD agrees (slopes 0.98 +- 0.07 and 1.01 +- 0.015 over
-  L = 1..10, BENCHMARKS.md).  Use ``theory sgd gain`` (fields ``gain_optimal_closed``,
-  ``gain_optimal_ode``) for the prediction that includes the noise ratio.
-  For even SIE the drift is c_SIE(sigma) * tied_contraction: a student activation whose SIE-th
-  Hermite coefficient has the opposite sign cannot escape either; ``tied_learnable`` only
-  reports whether the contraction is non-zero.
-* ``gain_equal_drift`` (extra, not in the spec): L^(1 - SIE/2) |tied_contraction| / op_norm.
-  Expanding the population loss with E[g(z*) He_k(s)] = k! <C_k, (m/sqrt(L))^(x)k> (s the
-  student's pre-activation sum_l z_l / sqrt(L), m_l the per-position overlaps) gives the initial
-  drifts  tied: dm/dt ~ k k! L^(-k/2) (C_k x 1) m^(k-1);  untied (best direction):
-  dm_untied/dt ~ k k! L^(-1) ||C_k||_op m_untied^(k-1), with m and m_untied both starting at
-  ~ 1/sqrt(d).  Their ratio is the equal-step gain implied by the drifts; it coincides with
-  ``gain_equal`` for SIE <= 2 and differs from it by L^(1 - SIE/2) for SIE >= 3 (the spec's
-  formula drops the L^(-k/2) of the tied drift, spec section 8, which only cancels for k <= 2).
-  ``gain_optimal_drift`` = gain_equal_drift^2: at the best admissible step size (noise term
-  gamma K / 2 balanced against the drift) the step count scales as 1 / drift^2, assuming equal
-  noise constants K for both networks; equals ``gain_optimal`` for SIE <= 2.
-* ``hermite_energy``: [k! ||C_k||_F^2 for k = 0..max_order], the Parseval decomposition of
-  E[g^2] by order (sums to E[g^2] when the target has no higher orders).
-* ``even_sie``: SIE of the even part (g(z) + g(-z))/2 = lowest EVEN order with C_k != 0 -- what
-  attention without positional encoding sees (f_w is even in w).
+  the predictions of this package's ODE (the same numbers as ``theory sgd gain``); beside them
+  the published formulas ``gain_equal_published`` = |ratio| (x sqrt(L) if k = 1) and
+  ``gain_optimal_published`` = ratio^2 (x L if k = 1).  They agree at equal step sizes for
+  k <= 2; at optimal step sizes the published formula assumes that an untied row carries the
+  SGD noise of the whole tied network, while it carries 1/L of it: L for sum_l He_2(z_l), not
+  L^2.  Derivation and measurements: docs/_findings_ssi.md.  Zero contraction: the tied network
+  is stuck (every gain 0, ``tied_learnable`` False).  For even SIE the drift also carries the
+  student activation's k-th Hermite coefficient (``theory.ssi.gain.drift_constants``), whose sign
+  decides whether the tied network escapes.
+* ``hermite_energy``: [k! ||C_k||_F^2 for k = 0..max_order], Parseval's decomposition of E[g^2].
 
 Exactness: the target is expanded into a sum of products of blocks on disjoint variables
 (coefficients of a product = tensor product of the blocks' coefficients).  Polynomials and
@@ -87,37 +54,32 @@ kinks sit at fixed points get split Gauss-Legendre rules instead); the report th
 ``status = "max_iter"`` if the node sequence ended before reaching ``tol``.  A numerical
 coefficient counts as zero when its magnitude is below
 ``zero_tol = max(10 * tolerance, 1e-12 * scale)`` (``scale`` = largest coefficient magnitude).
-
-Target strings
---------------
-Variables z1..zL (1-based).  ``^`` means power.  Functions: ``He<k>(x)`` or ``He(k, x)``
-(probabilists' Hermite), exp, log, sqrt, sin, cos, tanh, erf, Abs/abs, sign, relu (= Max(x, 0)),
-Max/max, Min/min, Heaviside (H(0) = 1/2), sigmoid, and softmax entries
-``softmax(i, a_1, ..., a_n)`` = exp(a_i) / sum_j exp(a_j) (i is 1-based), e.g. the (1, 1) entry of
-softmax_row(z z^T) for L = 2 is ``softmax(1, z1*z1, z1*z2)``.  Constants pi and E.
+The target language itself (parsing, functions allowed): ``theory.ssi.targets``.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import re
 import warnings
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import sympy as sp
-from sympy.core.function import AppliedUndef
 
 from theory.results import Result
+from theory.rng import as_rng
+from theory.ssi.targets import Target, parse_target
 
 __all__ = [
-    "Target",
     "SIEReport",
-    "parse_target",
+    "OpNorm",
+    "HermiteTensors",
     "hermite_coefficients",
+    "polynomial_coefficients",
+    "gains",
     "HermiteCoefficients",
     "hermite_tensors",
     "sie",
@@ -128,300 +90,6 @@ __all__ = [
 
 DEFAULT_TOL = 1e-9
 MAX_TENSOR_ENTRIES = 2_000_000
-_VAR_RE = re.compile(r"^z(\d+)$")
-
-
-# =========================================================================== parsing
-
-
-def _relu(x):
-    return sp.Max(x, 0)
-
-
-def _softmax(i, *args):
-    if not args:
-        raise ValueError("softmax(i, a1, ..., an) needs at least one argument after the index i")
-    i = sp.sympify(i)
-    if not (i.is_Integer and 1 <= int(i) <= len(args)):
-        raise ValueError(
-            f"softmax(i, a1, ..., an): the first argument is the 1-based index of the entry, an "
-            f"integer between 1 and {len(args)}; got {i}"
-        )
-    ai = args[int(i) - 1]
-    # 1 / sum_j exp(a_j - a_i): the same value, but overflow-safe when evaluated in floats
-    return 1 / sp.Add(*[sp.exp(a - ai) for a in args])
-
-
-def _he(k, x):
-    k = sp.sympify(k)
-    if not (k.is_Integer and int(k) >= 0):
-        raise ValueError(f"He(k, x) needs a non-negative integer order k, got {k}")
-    return sp.hermite_prob(int(k), x)
-
-
-def _he_k(k: int):
-    def he_k(*args):
-        if len(args) != 1:
-            raise ValueError(f"He{k}(x) takes exactly one argument, got {len(args)}")
-        return sp.hermite_prob(k, args[0])
-
-    return he_k
-
-
-def _sigmoid(x):
-    return 1 / (1 + sp.exp(-x))
-
-
-_FUNCS: dict[str, Any] = {
-    "exp": sp.exp,
-    "log": sp.log,
-    "sqrt": sp.sqrt,
-    "sin": sp.sin,
-    "cos": sp.cos,
-    "tanh": sp.tanh,
-    "erf": sp.erf,
-    "Abs": sp.Abs,
-    "abs": sp.Abs,
-    "sign": sp.sign,
-    "relu": _relu,
-    "ReLU": _relu,
-    "Max": sp.Max,
-    "max": sp.Max,
-    "Min": sp.Min,
-    "min": sp.Min,
-    "Heaviside": sp.Heaviside,
-    "heaviside": sp.Heaviside,
-    "sigmoid": _sigmoid,
-    "softmax": _softmax,
-    "He": _he,
-    "pi": sp.pi,
-    "E": sp.E,
-}
-
-# sympy function classes a target may contain after parsing
-_ALLOWED_FUNCS = (
-    sp.exp,
-    sp.log,
-    sp.sin,
-    sp.cos,
-    sp.tanh,
-    sp.erf,
-    sp.Abs,
-    sp.sign,
-    sp.Max,
-    sp.Min,
-    sp.Heaviside,
-    sp.Piecewise,
-    sp.erfc,
-    sp.sinh,
-    sp.cosh,
-    sp.atan,
-)
-
-
-def _check_expr(expr: sp.Expr, L: int | None, source: str) -> tuple[sp.Expr, int]:
-    if not isinstance(expr, sp.Expr):
-        raise ValueError(f"the target {source!r} is not a scalar expression")
-    undef = sorted({type(f).__name__ for f in expr.atoms(AppliedUndef)})
-    if undef:
-        raise ValueError(
-            f"unknown function {undef[0]!r} in the target {source!r}; allowed: He<k>, exp, log, "
-            "sqrt, sin, cos, tanh, erf, Abs, sign, relu, Max, Min, Heaviside, sigmoid, softmax"
-        )
-    for f in expr.atoms(sp.Function):
-        if not isinstance(f, _ALLOWED_FUNCS):
-            raise ValueError(f"the function {type(f).__name__} is not supported in a target")
-    if expr.has(sp.I) or expr.has(sp.zoo) or expr.has(sp.nan) or expr.has(sp.oo):
-        raise ValueError(f"the target {source!r} is complex or infinite; give a real expression")
-    idx = []
-    for s in expr.free_symbols:
-        m = _VAR_RE.match(s.name)
-        if not m or int(m.group(1)) < 1:
-            raise ValueError(
-                f"unknown variable {s.name!r} in the target {source!r}; variables are z1..zL "
-                "(1-based)"
-            )
-        idx.append(int(m.group(1)))
-    top = max(idx, default=0)
-    if L is None:
-        L = max(top, 1)
-    else:
-        L = int(L)
-        if L < 1:
-            raise ValueError(f"L must be >= 1, got {L}")
-        if top > L:
-            raise ValueError(
-                f"the target uses z{top} but L = {L}: variables must lie in z1..z{L}; raise L "
-                "or remove the variable"
-            )
-    return expr, L
-
-
-def _parse_string(text: str) -> sp.Expr:
-    from sympy.parsing.sympy_parser import (
-        auto_number,
-        auto_symbol,
-        convert_xor,
-        factorial_notation,
-        parse_expr,
-    )
-
-    text = text.strip()
-    if not text:
-        raise ValueError("the target expression is empty")
-    if len(text) > 5000:
-        raise ValueError("the target expression is too long (> 5000 characters)")
-    if re.search(r"__|\blambda\b|\bimport\b|[;\[\]{}\\\"'`@]", text):
-        raise ValueError(f"cannot parse the target {text!r}: it contains forbidden characters")
-    local: dict[str, Any] = dict(_FUNCS)
-    for name in set(re.findall(r"\b(z\d+)\b", text)):
-        local[name] = sp.Symbol(name, real=True)
-    for name in set(re.findall(r"\bHe(\d+)\b", text)):
-        local[f"He{name}"] = _he_k(int(name))
-    glob = {
-        "__builtins__": {},
-        "Integer": sp.Integer,
-        "Float": sp.Float,
-        "Rational": sp.Rational,
-        "Symbol": sp.Symbol,
-        "Function": sp.Function,
-        "factorial": sp.factorial,
-    }
-    try:
-        expr = parse_expr(
-            text,
-            local_dict=local,
-            global_dict=glob,
-            transformations=(auto_symbol, auto_number, factorial_notation, convert_xor),
-        )
-    except ValueError as exc:
-        raise ValueError(f"cannot parse the target {text!r}: {exc}") from None
-    except Exception as exc:  # SyntaxError, TokenError, TypeError from bad arity, ...
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"cannot parse the target {text!r}: {msg}") from None
-    if not isinstance(expr, sp.Basic):
-        expr = sp.sympify(expr)
-    return expr
-
-
-def _realify(expr: sp.Expr) -> sp.Expr:
-    """Replace every z<k> symbol by the real symbol of the same name."""
-    rep = {s: sp.Symbol(s.name, real=True) for s in expr.free_symbols if not s.is_real}
-    return expr.xreplace(rep) if rep else expr
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed target g(z_1..z_L).
-
-    ``func(z)``: vectorised numpy, z of shape (N, L) -> (N,).  ``njit_func``: numba scalar
-    function of a float64 vector z of shape (L,) (compiled on first access; ValueError if the
-    expression cannot be compiled).
-    """
-
-    expr: sp.Expr
-    L: int
-    source: str = ""
-
-    @property
-    def symbols(self) -> tuple[sp.Symbol, ...]:
-        return tuple(sp.Symbol(f"z{i + 1}", real=True) for i in range(self.L))
-
-    @property
-    def is_polynomial(self) -> bool:
-        return bool(self.expr.is_polynomial(*self.symbols))
-
-    @property
-    def is_constant(self) -> bool:
-        return not self.expr.free_symbols
-
-    def __str__(self) -> str:
-        return str(self.expr)
-
-    @cached_property
-    def _numpy_func(self):
-        expr = self.expr.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2)))
-        return sp.lambdify(self.symbols, expr, modules=["scipy", "numpy"])
-
-    def func(self, z) -> np.ndarray:
-        z = np.asarray(z, dtype=float)
-        if z.ndim == 1 and self.L == 1:
-            z = z[:, None]
-        if z.ndim != 2 or z.shape[1] != self.L:
-            raise ValueError(f"func expects an array of shape (N, {self.L}), got {z.shape}")
-        with np.errstate(all="ignore"):
-            out = self._numpy_func(*[z[:, i] for i in range(self.L)])
-        return np.broadcast_to(np.asarray(out, dtype=float), (z.shape[0],)).copy()
-
-    @cached_property
-    def njit_func(self):
-        return _compile_njit(self.expr, self.L)
-
-
-def parse_target(expr, L: int | None = None) -> Target:
-    """Parse a target (string or sympy expression in z1..zL) into a :class:`Target`.
-
-    ``L`` is inferred from the highest variable index when not given; a variable beyond ``L``
-    raises ValueError.  He<k>(x) is expanded into its polynomial.
-    """
-    if isinstance(expr, Target):
-        if L is None or int(L) == expr.L:
-            return expr
-        return parse_target(expr.expr, L)
-    if isinstance(expr, str):
-        source = expr
-        parsed = _parse_string(expr)
-    else:
-        try:
-            parsed = sp.sympify(expr)
-        except (sp.SympifyError, TypeError) as exc:
-            raise ValueError(f"cannot read the target {expr!r}: {exc}") from None
-        source = str(parsed)
-        parsed = _realify(parsed)
-    parsed, L = _check_expr(parsed, L, source)
-    return Target(expr=parsed, L=L, source=source)
-
-
-# =========================================================================== numba scalar func
-
-
-def _compile_njit(expr: sp.Expr, L: int):
-    import numba
-    from sympy.printing.pycode import PythonCodePrinter
-
-    e = expr.replace(sp.sign, lambda a: 2 * sp.Heaviside(a, sp.Rational(1, 2)) - 1)
-    e = e.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2)))
-    e = e.rewrite(sp.Piecewise) if e.has(sp.Heaviside) else e
-    rep = {sp.Symbol(f"z{i + 1}", real=True): sp.Symbol(f"_z[{i}]") for i in range(L)}
-    e = e.xreplace(rep)
-
-    class _Printer(PythonCodePrinter):
-        def _print_Float(self, x):  # plain float literal
-            return repr(float(x))
-
-        def _print_Rational(self, x):
-            return repr(float(x))
-
-        def _print_Integer(self, x):
-            return f"{int(x)}.0" if abs(int(x)) < 2**53 else repr(float(x))
-
-    try:
-        body = _Printer({"standard": "python3"}).doprint(e)
-    except Exception as exc:
-        raise ValueError(f"cannot compile the target {expr} for numba: {exc}") from None
-    if "not supported" in body.lower():
-        raise ValueError(f"cannot compile the target {expr} for numba: {body.splitlines()[0]}")
-    src = f"def _g(_z):\n    return float({body})\n"
-    ns: dict[str, Any] = {"math": math}
-    try:
-        exec(compile(src, "<theory.ssi.hermite target>", "exec"), ns)  # noqa: S102
-        fn = numba.njit(ns["_g"])
-        fn(np.zeros(L))
-    except Exception as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"cannot compile the target {expr} for numba: {msg}") from None
-    return fn
-
 
 # =========================================================================== coefficient maths
 
@@ -930,13 +598,6 @@ def _exact_is_zero(v) -> bool:
     return abs(complex(sp.N(v, 60))) < 1e-45
 
 
-def _embed(alpha_sub, idx, L):
-    a = [0] * L
-    for q, i in zip(alpha_sub, idx):
-        a[i] = q
-    return tuple(a)
-
-
 def _factor_blocks(term: sp.Expr, syms_all):
     """Split a product into (constant, [(factor, [symbols])]) with disjoint symbol sets."""
     const = sp.Integer(1)
@@ -1078,7 +739,9 @@ def _rewrite_max_min(expr):
     return expr.replace(sp.Max, mx).replace(sp.Min, mn)
 
 
-def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL) -> _Coeffs:
+def hermite_coefficients(
+    target: str | sp.Expr | Target, max_order: int = 6, *, tol: float = DEFAULT_TOL
+) -> _Coeffs:
     """All a_alpha (coefficient of He_alpha) with |alpha| <= max_order (polynomial parts: all
     orders).  Returns the internal store (exact sympy part + numerical float part)."""
     t = parse_target(target)
@@ -1166,6 +829,19 @@ def hermite_coefficients(target, max_order: int = 6, *, tol: float = DEFAULT_TOL
 HermiteCoefficients = _Coeffs
 
 
+def polynomial_coefficients(expr: str | sp.Expr | Target, L: int) -> dict[tuple, sp.Expr]:
+    """The exact non-zero a_alpha of a polynomial in z1..zL (g = sum a_alpha He_alpha): the
+    coefficients the Mehler engine of ``theory.ssi.risk`` works with."""
+    t = parse_target(expr, L)
+    if t.is_constant:
+        return {(0,) * t.L: sp.nsimplify(t.expr)}
+    if not t.is_polynomial:
+        raise ValueError(f"{t.expr} is not a polynomial in z1..z{t.L}")
+    degree = int(sp.Poly(t.expr, *t.symbols).total_degree())
+    store = hermite_coefficients(t, degree)
+    return {a: v for a, v in store.exact.items() if v != 0}
+
+
 def tensor_from_coefficients(store: _Coeffs, k: int) -> np.ndarray:
     """Dense C_k (shape (L,)*k) from the a_alpha: C_k[i] = a_alpha alpha!/k!."""
     L = store.L
@@ -1188,11 +864,32 @@ def tensor_from_coefficients(store: _Coeffs, k: int) -> np.ndarray:
     return C
 
 
-def hermite_tensors(target, max_order: int = 6, *, tol: float = DEFAULT_TOL, L=None):
-    """[C_0, C_1, ..., C_K] (C_k of shape (L,)*k, C_0 a 0-d array) and the exactness flag."""
+@dataclass(frozen=True, kw_only=True)
+class HermiteTensors(Result):
+    """``tensors`` = [C_0, C_1, ..., C_K] (C_k of shape (L,)*k, C_0 a 0-d array); ``exact``:
+    whether every coefficient is an exact sympy value."""
+
+    tensors: list = field(default_factory=list, repr=False)
+    exact: bool = True
+
+
+def hermite_tensors(
+    target: str | sp.Expr | Target,
+    max_order: int = 6,
+    *,
+    tol: float = DEFAULT_TOL,
+    L: int | None = None,
+) -> HermiteTensors:
+    """The Hermite tensors C_0..C_max_order of a target (docs/ssi.md eq. 21)."""
     t = parse_target(target, L)
     store = hermite_coefficients(t, max_order, tol=tol)
-    return [tensor_from_coefficients(store, k) for k in range(int(max_order) + 1)], store.is_exact
+    return HermiteTensors(
+        tensors=[tensor_from_coefficients(store, k) for k in range(int(max_order) + 1)],
+        exact=store.is_exact,
+        status="ok" if store.converged else "max_iter",
+        message="; ".join(store.notes),
+        params=dict(expr=str(t.expr), L=t.L, max_order=int(max_order), tol=tol),
+    )
 
 
 def _orders_nonzero(store: _Coeffs, K: int) -> list[int]:
@@ -1204,7 +901,13 @@ def _orders_nonzero(store: _Coeffs, K: int) -> list[int]:
     return sorted(ks)
 
 
-def sie(target, max_order: int = 8, *, tol: float = DEFAULT_TOL, L=None) -> int | None:
+def sie(
+    target: str | sp.Expr | Target,
+    max_order: int = 8,
+    *,
+    tol: float = DEFAULT_TOL,
+    L: int | None = None,
+) -> int | None:
     """Sequence information exponent: lowest k >= 1 with C_k != 0 (searching k <= max_order;
     polynomials are searched up to their degree).  None for a constant target or when nothing is
     non-zero up to max_order (see :func:`analyze` for the message)."""
@@ -1236,7 +939,18 @@ def _contract_all_but_one(T: np.ndarray, u: np.ndarray) -> np.ndarray:
     return v
 
 
-def op_norm(C, *, restarts: int = 30, rng=0, max_iter: int = 20) -> tuple[float, bool]:
+@dataclass(frozen=True, kw_only=True)
+class OpNorm(Result):
+    """``value`` = max_{|u|=1} |<C, u^(x)k>| (or the best lower bound found), ``exact``: whether
+    it is certified (see :func:`op_norm`)."""
+
+    value: float = 0.0
+    exact: bool = True
+
+
+def op_norm(
+    C: np.ndarray, *, restarts: int = 30, rng: int | np.random.Generator = 0, max_iter: int = 20
+) -> OpNorm:
     """Spectral norm max_{|u|=1} |<C, u^(x)k>| of a symmetric tensor and an exactness flag.
 
     k = 0: |C|; k = 1: Euclidean norm; k = 2: largest |eigenvalue| (exact).  k >= 3: best of
@@ -1247,6 +961,12 @@ def op_norm(C, *, restarts: int = 30, rng=0, max_iter: int = 20) -> tuple[float,
     exact when it matches the largest singular value of the L x L^(k-1) unfolding (an upper
     bound) to 1e-9, when C is diagonal, or when L = 1.
     """
+    value, exact = _op_norm(C, restarts, rng, max_iter)
+    msg = "" if exact else "a lower bound: the local maxima did not meet the unfolding's bound"
+    return OpNorm(value=value, exact=exact, message=msg)
+
+
+def _op_norm(C, restarts, rng, max_iter) -> tuple[float, bool]:
     C = np.asarray(C, dtype=float)
     k = C.ndim
     if k == 0:
@@ -1267,7 +987,7 @@ def op_norm(C, *, restarts: int = 30, rng=0, max_iter: int = 20) -> tuple[float,
     M = C.reshape(L, -1)
     U, S, _ = np.linalg.svd(M, full_matrices=False)
     upper = float(S[0])
-    gen = np.random.default_rng(rng)
+    gen = as_rng(rng)
     starts = [np.eye(L)[i] for i in range(L)] + [np.ones(L) / math.sqrt(L), U[:, 0]]
     starts += [v / np.linalg.norm(v) for v in gen.standard_normal((restarts, L))]
     if L == 2:  # a dense scan of the half circle seeds the local searches near the global max
@@ -1354,9 +1074,9 @@ class SIEReport(Result):
     op_norm_exact: bool = True
     gain_optimal: float | None = None
     gain_equal: float | None = None
+    gain_optimal_published: float | None = None
+    gain_equal_published: float | None = None
     tied_learnable: bool | None = None
-    gain_equal_drift: float | None = None
-    gain_optimal_drift: float | None = None
     even_sie: int | None = None
     exact: bool = True
     information_exponent: int | None = None
@@ -1379,12 +1099,16 @@ class SIEReport(Result):
             lab = "exact" if self.op_norm_exact else "estimate (power iteration)"
             lines.append(f"operator norm ||C_SIE||_op: {self.op_norm:.10g}  [{lab}]")
             lines.append(
-                f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}"
-                f"  (from the initial drift ratio: {self.gain_optimal_drift:.6g})"
+                f"gain nu_untied/nu_tied at optimal step sizes: {self.gain_optimal:.6g}  "
+                "(this package's ODE, as theory sgd gain)"
             )
             lines.append(
-                f"gain at equal step sizes: {self.gain_equal:.6g}  (from the initial "
-                f"drift ratio: {self.gain_equal_drift:.6g})"
+                f"    published formula (assumes equal SGD noise in both networks): "
+                f"{self.gain_optimal_published:.6g}"
+            )
+            lines.append(
+                f"gain at equal step sizes: {self.gain_equal:.6g}  (this package's ODE; "
+                f"published formula: {self.gain_equal_published:.6g})"
             )
             ok = "yes" if self.tied_learnable else "NO (contraction is zero)"
             lines.append(f"tied network can learn it: {ok}")
@@ -1400,8 +1124,35 @@ class SIEReport(Result):
         return "\n".join(lines)
 
 
+def gains(tied_contraction: float, op_norm: float, sie: int, L: int) -> dict[str, float]:
+    """The tied/untied gains nu_untied / nu_tied predicted from the leading Hermite tensor
+    (docs/ssi.md eqs. 29-31): this package's ``gain_equal`` and ``gain_optimal`` and the
+    published formulas ``gain_equal_published`` and ``gain_optimal_published`` (see the module
+    docstring).  All four are 0 when the tied contraction is 0 (tied network stuck)."""
+    if tied_contraction == 0:
+        return dict(
+            gain_equal=0.0, gain_optimal=0.0, gain_equal_published=0.0, gain_optimal_published=0.0
+        )
+    if not (op_norm > 0):
+        raise ValueError(f"the operator norm must be > 0 for a non-zero contraction, got {op_norm}")
+    k = int(sie)
+    ratio = tied_contraction / op_norm
+    Lfac = L if k == 1 else 1
+    return dict(
+        gain_equal=abs(ratio) * L ** (1 - k / 2),
+        gain_optimal=ratio**2 * L ** (1 - k),
+        gain_equal_published=abs(ratio) * math.sqrt(Lfac),
+        gain_optimal_published=ratio**2 * Lfac,
+    )
+
+
 def analyze(
-    target, L: int | None = None, max_order: int = 6, *, tol: float = DEFAULT_TOL, rng=0
+    target: str | sp.Expr | Target,
+    L: int | None = None,
+    max_order: int = 6,
+    *,
+    tol: float = DEFAULT_TOL,
+    rng: int | np.random.Generator = 0,
 ) -> SIEReport:
     """Full SIE analysis of a target (string or sympy expression): see the module docstring."""
     t = parse_target(target, L)
@@ -1475,16 +1226,10 @@ def analyze(
     else:
         n_entries = C.size
         tc_zero = abs(tc) <= store.zero_tol() * max(1.0, math.sqrt(n_entries))
-    nrm, nrm_exact = op_norm(C, rng=rng)
-    Lfac = t.L if k == 1 else 1
+    nrm = op_norm(C, rng=rng)
     if tc_zero:
         tc = 0.0
-        g_opt = g_eq = g_drift = 0.0
-    else:
-        ratio = tc / nrm
-        g_opt = ratio**2 * Lfac
-        g_eq = abs(ratio) * math.sqrt(Lfac)
-        g_drift = abs(ratio) * t.L ** (1 - k / 2)
+    g = gains(tc, nrm.value, k, t.L)
     msg = ""
     if tc_zero:
         msg = (
@@ -1501,13 +1246,10 @@ def analyze(
         sie=k,
         leading_tensor=C,
         tied_contraction=tc,
-        op_norm=nrm,
-        op_norm_exact=nrm_exact,
-        gain_optimal=g_opt,
-        gain_equal=g_eq,
+        op_norm=nrm.value,
+        op_norm_exact=nrm.exact,
         tied_learnable=not tc_zero,
-        gain_equal_drift=g_drift,
-        gain_optimal_drift=g_drift**2,
+        **g,
         information_exponent=k if t.L == 1 else None,
         leading_tensor_exact=lt_exact,
         tied_contraction_exact=tc_exact,

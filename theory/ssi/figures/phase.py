@@ -1,9 +1,9 @@
-"""Figures of the SGD theory (spec sequence-single-index.md sections 4 and 6).
+"""Figures of the SGD theory (docs/ssi.md sections 6 and 8).
 
 * :func:`plot_phase_diagram` - the six regions of the (a, omega) diagram, the exact boundaries
-  of :func:`theory.ssi.model.boundaries` overlaid.
-* :func:`plot_landscape` - R(e, m) on the disk for the spec-6 model with optional trajectories
-  (ODE results, SGD results or dicts with ``e`` and ``m``).
+  of :func:`theory.ssi.boundaries` overlaid.
+* :func:`plot_landscape` - R(e, m) on the disk for the positional-semantic model with optional
+  trajectories (ODE results, SGD results or dicts with ``e`` and ``m``).
 * :func:`plot_flatness` - R along e near the origin with and without positional encoding.
 
 ``FIGURES`` (the reproduction hook): "sgd-phase-diagram", "sgd-landscape", "sgd-flatness".
@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from theory import ssi
 from theory._util import atomic_savefig
 from theory.plotting import use_agg
+from theory.results import Result
+from theory.ssi.flatness import FlatnessResult
 
 REGION_COLORS = ("#4c72b0", "#8fb3e0", "#c44e52", "#55a868", "#dd8452", "#8c2d04")
 
@@ -31,18 +35,16 @@ def _plt():
 
 
 def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=25):
-    """Draw the region map of :func:`theory.ssi.model.phase_diagram` ``pdg``; overlay the
-    flip lines from :func:`theory.ssi.model.boundaries` on ``n_boundary`` values of a."""
+    """Draw the region map of a :func:`theory.ssi.phase_diagram` result ``pdg``; overlay the
+    flip lines from :func:`theory.ssi.boundaries` on ``n_boundary`` values of a."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
-
-    from theory.ssi import model as ssi
 
     plt = _plt()
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(7.2, 5.4))
-    a, om, reg = pdg["a"], pdg["omega"], pdg["region"]
+    a, om, reg = pdg.a, pdg.omega, pdg.region
     cmap = ListedColormap(REGION_COLORS)
     ax.pcolormesh(
         a,
@@ -61,8 +63,8 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
                 facecolor="white", edgecolor="0.6", label="neither candidate is a boundary minimum"
             )
         )
-    if "global_check" in pdg and not np.all(pdg["global_check"]):
-        bad = (~np.asarray(pdg["global_check"])).astype(float).T
+    if pdg.global_check is not None and not np.all(pdg.global_check):
+        bad = (~np.asarray(pdg.global_check)).astype(float).T
         ax.contourf(a, om, bad, levels=[0.5, 1.5], colors="none", hatches=["xxxx"])
         handles.append(
             Patch(
@@ -74,7 +76,7 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
         )
     if boundaries:
         ab = np.linspace(a.min(), a.max(), n_boundary)
-        rows = [ssi.boundaries(x, n=pdg.get("nodes", ssi.PD_NODES)) for x in ab]
+        rows = [ssi.boundaries(x, n=pdg.nodes) for x in ab]
         styles = {
             "omega_steepest_switch": ("k", "--", "steepest direction switches"),
             "omega_global_switch": ("k", "-", "global minimum switches"),
@@ -84,7 +86,7 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
         from matplotlib.lines import Line2D
 
         for key, (c, ls, lab) in styles.items():
-            y = np.array([np.nan if r[key] is None else r[key] for r in rows])
+            y = np.array([np.nan if getattr(r, key) is None else getattr(r, key) for r in rows])
             ax.plot(ab, y, color=c, ls=ls, lw=1.6)
             handles.append(
                 Line2D(
@@ -116,17 +118,16 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
 def plot_landscape(
     a: float, omega: float, trajectories=None, ax=None, *, n_grid: int = 161, path=None, labels=None
 ):
-    """Contour plot of R(e, m) of the spec-6 model on the disk e^2 + m^2 <= 1 with the
-    candidate minima marked; ``trajectories``: iterable of objects/dicts with ``e`` and ``m``
+    """Contour plot of R(e, m) of the positional-semantic model on the disk e^2 + m^2 <= 1 with
+    the candidate minima marked; ``trajectories``: iterable of objects/dicts with ``e`` and ``m``
     arrays (ODE or SGD results; SGD ones drawn thin and semi-transparent when their
     ``metadata['method']`` mentions SGD)."""
-    from theory.ssi import model as ssi
-
     plt = _plt()
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(6.0, 6.4))
-    eg, mg, R = ssi.landscape(a, omega, n_grid=n_grid)
+    land = ssi.landscape(a, omega, n_grid=n_grid)
+    eg, mg, R = land.e, land.m, land.risk
     lv = np.nanpercentile(R, np.linspace(0, 100, 30))
     cs = ax.contourf(eg, mg, R, levels=np.unique(lv), cmap="viridis")
     plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$", shrink=0.7)
@@ -183,36 +184,52 @@ def plot_landscape(
 FLAT_TARGET = "4/3 + He4(z1) + 2*He4(z2)"
 
 
-def flatness_curves(e_max=0.6, n=61, trace_norm="sqrtL"):
-    """R(e, 0) - R(0, 0) along e with the encoding P_1 = -P_2, and R(0, m) - R(0, 0) along m
-    (which is the same with and without encoding), for the spec-7 target, trace reduction."""
-    from theory.ssi import model as ssi
+@dataclass(frozen=True, kw_only=True)
+class FlatnessCurves(Result):
+    """R(e, 0) - R(0, 0) along e with the encoding (``R_e_pe``) and R(0, m) - R(0, 0) along m
+    (``R_m``, the same with and without encoding) on the grid ``x``, and the flatness of both
+    models (``flat_pe``, ``flat_nope``)."""
 
+    x: np.ndarray = field(default=None, repr=False)
+    R_e_pe: np.ndarray = field(default=None, repr=False)
+    R_m: np.ndarray = field(default=None, repr=False)
+    flat_pe: FlatnessResult | None = None
+    flat_nope: FlatnessResult | None = None
+
+
+def flatness_curves(e_max: float = 0.6, n: int = 61, trace_norm: str = "sqrtL") -> FlatnessCurves:
+    """The curves of :class:`FlatnessCurves` for the target 4/3 + He4(z1) + 2 He4(z2), L = 2,
+    trace reduction, P_1 = -P_2 (docs/ssi.md section 6)."""
     pe = ssi.AttentionModel(FLAT_TARGET, 2, pe="opposite", reduction="trace", trace_norm=trace_norm)
     nope = ssi.AttentionModel(FLAT_TARGET, 2, pe="none", reduction="trace", trace_norm=trace_norm)
     x = np.linspace(-e_max, e_max, n)
     r0 = pe.risk(0.0, 0.0)
     Re = np.array([pe.risk(v, 0.0) for v in x]) - r0
     Rm = np.array([nope.risk(None, v) for v in x]) - nope.risk(None, 0.0)
-    return dict(x=x, R_e_pe=Re, R_m=Rm, kappa_pe=ssi.flatness(pe), kappa_nope=ssi.flatness(nope))
+    return FlatnessCurves(
+        x=x,
+        R_e_pe=Re,
+        R_m=Rm,
+        flat_pe=ssi.flatness(pe),
+        flat_nope=ssi.flatness(nope),
+        params=dict(e_max=e_max, n=n, trace_norm=trace_norm),
+    )
 
 
-def plot_flatness(path=None, trace_norm="sqrtL"):
+def plot_flatness(path=None, trace_norm: str = "sqrtL") -> FlatnessCurves:
     plt = _plt()
     c = flatness_curves(trace_norm=trace_norm)
     fig, ax = plt.subplots(figsize=(6.0, 4.3))
-    (k_pe, H_pe), (k_no, _) = c["kappa_pe"], c["kappa_nope"]
+    k_pe, H_pe, k_no = c.flat_pe.kappa, c.flat_pe.hessian, c.flat_nope.kappa
     ax.plot(
-        c["x"],
-        c["R_e_pe"],
+        c.x,
+        c.R_e_pe,
         lw=1.8,
         label=rf"theory, with PE: $R(e,0)-R(0,0)$ ($\kappa$={k_pe}, "
         rf"$\partial_e^2R$={H_pe[0, 0]:.4f})",
     )
-    ax.plot(
-        c["x"], c["R_m"], lw=1.8, ls="--", label=rf"theory, no PE: $R(m)-R(0)$ ($\kappa$={k_no})"
-    )
-    x = c["x"]
+    ax.plot(c.x, c.R_m, lw=1.8, ls="--", label=rf"theory, no PE: $R(m)-R(0)$ ($\kappa$={k_no})")
+    x = c.x
     ax.plot(
         x,
         0.5 * H_pe[0, 0] * x**2,
@@ -242,8 +259,6 @@ def plot_flatness(path=None, trace_norm="sqrtL"):
 
 
 def _fig_phase(out_dir: Path, quick: bool):
-    from theory.ssi import model as ssi
-
     t0 = time.time()
     n = 60 if quick else 200
     pdg = ssi.phase_diagram(np.linspace(0.7, 1.0, n), np.linspace(0.4, 1.0, n), check_global=True)
@@ -251,14 +266,20 @@ def _fig_phase(out_dir: Path, quick: bool):
     plot_phase_diagram(pdg, path=path, n_boundary=13 if quick else 31)
     b = ssi.boundaries(1.0)
     how = (
-        f"exact criteria (2-D Gauss-Hermite, {ssi.PD_NODES}^2 nodes, converged to ~1e-9), "
+        f"exact criteria (2-D Gauss-Hermite, {b.nodes}^2 nodes, converged to ~1e-9), "
         f"Brent root at a = 1; {n}x{n} grid, {time.time() - t0:.0f} s"
     )
-    nums = [dict(name=f"a=1: {k}", value=v, how=how) for k, v in b.items() if k.startswith("omega")]
+    keys = (
+        "omega_steepest_switch",
+        "omega_global_switch",
+        "omega_positional_min_appears",
+        "omega_semantic_min_disappears",
+    )
+    nums = [dict(name=f"a=1: {k}", value=getattr(b, k), how=how) for k in keys]
     nums.append(
         dict(
             name="grid cells where a third boundary minimum is lower",
-            value=int(np.sum(~pdg["global_check"])),
+            value=int(np.sum(~pdg.global_check)),
             how=f"polar disk scan (41 radii x 164 angles) of the Mehler/Chebyshev "
             f"risk tables on the {n}x{n} grid",
         )
@@ -267,8 +288,6 @@ def _fig_phase(out_dir: Path, quick: bool):
 
 
 def _fig_landscape(out_dir: Path, quick: bool):
-    from theory.ssi import model as ssi
-
     a, om = 1.0, 0.67
     model = ssi.ps_model(a, om)
     d = 1000
@@ -299,13 +318,13 @@ def _fig_landscape(out_dir: Path, quick: bool):
 def _fig_flatness(out_dir: Path, quick: bool):
     path = Path(out_dir) / "sgd-flatness.png"
     c = plot_flatness(path=path)
-    k_pe, H = c["kappa_pe"]
+    k_pe, H = c.flat_pe.kappa, c.flat_pe.hessian
     return dict(
         files=[str(path)],
         numbers=[
             dict(
                 name="kappa without PE",
-                value=c["kappa_nope"][0],
+                value=c.flat_nope.kappa,
                 how="exact Hermite coefficients x 2-D Gauss-Hermite student moments (64^2)",
             ),
             dict(name="kappa with PE P1=-P2", value=k_pe, how="same, Tr/sqrt(L) reduction"),

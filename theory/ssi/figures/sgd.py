@@ -1,27 +1,28 @@
-"""Figures of the finite-d SGD side of the sequence single-index model (issue 4).
+"""Figures of the finite-d SGD side of the sequence single-index model.
 
 Every figure function has the signature ``fn(out_dir: Path, quick: bool) -> dict(files=[...],
 numbers=[dict(name, value, how)])`` and is listed in :data:`FIGURES`.  Simulations use the exact
-reduced chain (``theory.ssi.sgd.reduced``; validated in law against the full d-dimensional
-simulator in tests/test_sgd_reduced.py) and the ODE of ``theory.ssi.model``.  SGD runs are
-appended to ``<out_dir>/.sgd-runs/<figure>-<hash>.jsonl`` as they finish, so an interrupted
-figure resumes without recomputing them.
+reduced chain (``theory.ssi.simulate_reduced``; validated in law against the full d-dimensional
+simulator in tests/ssi/test_sgd_reduced.py) and the ODE (``theory.ssi.integrate_ode``).  SGD runs
+are kept in a result store, ``<out_dir>/.sgd-runs/<figure>.jsonl`` (:class:`theory.store.Store`),
+as they finish, so an interrupted figure resumes without recomputing them.
 
-Normalisation: code normalisation of spec section 1 (x_l ~ N(0, I/d), ||w||^2 = ||w*||^2 = d),
-ODE time t = gamma nu / d, nu = SGD steps.
+Normalisation: docs/ssi.md section 1 (x_l ~ N(0, I/d), ||w||^2 = ||w*||^2 = d), ODE time
+t = gamma nu / d, nu = SGD steps.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
+from theory import ssi
 from theory._util import atomic_savefig
 from theory.plotting import use_agg
+from theory.ssi.figures.phase import plot_landscape
+from theory.store import Store
 
 __all__ = ["FIGURES", "TARGETS_SIE"]
 
@@ -40,27 +41,22 @@ def _workers(quick):
     return min(2, os.cpu_count() or 1)
 
 
-def _runs(out_dir, name, model, d, lr, seeds, quick, **kw):
-    """simulate_seeds on the reduced chain with a resumable per-parameter JSON-lines file."""
-    from theory.ssi.sgd.simulate import as_spec, simulate_seeds
+def _store(out_dir, name) -> Store:
+    """The result store of one figure's SGD runs (resumable)."""
+    return Store(Path(out_dir) / ".sgd-runs" / f"{name}.jsonl")
 
-    spec = as_spec(model)
-    key = json.dumps(
-        dict(spec=spec.describe(), d=d, lr=lr, kw={k: repr(v) for k, v in sorted(kw.items())}),
-        sort_keys=True,
-        default=str,
-    )
-    h = hashlib.sha1(key.encode()).hexdigest()[:12]
-    path = Path(out_dir) / ".sgd-runs" / f"{name}-{h}.jsonl"
-    return simulate_seeds(
-        spec,
+
+def _runs(out_dir, name, model, d, lr, seeds, quick, **kw):
+    """simulate_seeds on the reduced chain, kept in the figure's result store."""
+    return ssi.simulate_seeds(
+        model,
         d,
         lr,
         list(seeds),
         reduced=True,
         workers=_workers(quick),
         progress=True,
-        out=path,
+        store=_store(out_dir, name),
         **kw,
     )
 
@@ -83,8 +79,6 @@ def _save(fig, out_dir, name):
 
 
 def _tied(expr, act, L=2):
-    from theory.ssi import model as ssi
-
     return ssi.TiedNetwork(expr, L=L, activation=act)
 
 
@@ -93,8 +87,6 @@ def _tied(expr, act, L=2):
 
 def fig_trajectories(out_dir, quick):
     """ODE vs SGD m(t) for SIE 1, 2, 3 targets (tied network, L = 2, no encoding: e = 0)."""
-    from theory.ssi import model as ssi
-
     # SIE 3 needs gamma ~ 1/sqrt(d) to escape from m0 = 1/sqrt(d) (noise term), so its cost
     # grows like d^2: full mode uses d = 2000
     d = 1000 if quick else 2000
@@ -172,9 +164,7 @@ def fig_trajectories(out_dir, quick):
 
 
 def _trajectory_attention(ax, out_dir, quick, numbers):
-    """Spec-6 attention model (a = 1, omega = 0.5): e(t) and m(t), ODE vs SGD."""
-    from theory.ssi import model as ssi
-
+    """Positional-semantic attention model (a = 1, omega = 0.5): e(t) and m(t), ODE vs SGD."""
     a, om, lr = 1.0, 0.5, 0.05
     d = 5000 if quick else 20_000
     n_seeds = 6 if quick else 16
@@ -248,7 +238,7 @@ def _escape_setup(quick):
             3: [32, 100, 316, 1000, 3162],
         }
         seeds = {1: 32, 2: 32, 3: 16}
-    # best admissible step sizes of spec section 5: O(1), O(1/log d), O(1/sqrt(d))
+    # best admissible step sizes (docs/ssi.md eq. 28): O(1), O(1/log d), O(1/sqrt(d))
     lr = {1: lambda d: 0.5, 2: lambda d: 0.1 / math.log(d), 3: lambda d: 0.5 / math.sqrt(d)}
     return ds, seeds, lr
 
@@ -381,19 +371,17 @@ def _gain_setup(quick):
 
 
 def fig_gain(out_dir, quick):
-    """Tied vs untied gain vs L at equal and optimal step sizes: the spec's formula, the
-    package's ODE (closed form and numerical minimisation over the step size) and SGD (per-row
-    spheres; flattened normalisation at optimal step sizes)."""
-    from theory.ssi.gain import gain_curve
-
+    """Tied vs untied gain vs L at equal and optimal step sizes: the published formula, this
+    package's prediction (Hermite data + the ODE's noise term; the full ODE minimised over the
+    step size) and SGD (per-row spheres; flattened normalisation at optimal step sizes)."""
     cfg = _gain_setup(quick)
     Ls, d, seeds, factors = cfg["Ls"], cfg["d"], cfg["seeds"], cfg["factors"]
     setups = [("sum_he2", "Σ_l He2(z_l)/√2", 0.01), ("sum_z", "Σ_l z_l/√L", 0.015)]
     fig, axes = _fig(1, 2, figsize=(13, 5.0))
     numbers = []
-    cache = Path(out_dir) / ".sgd-runs"
+    store = _store(out_dir, "gain")
     for ax, (fam, label, lr) in zip(axes, setups):
-        opt = gain_curve(
+        opt = ssi.gain_curve(
             fam,
             Ls,
             simulate=True,
@@ -406,10 +394,10 @@ def fig_gain(out_dir, quick):
             workers=_workers(quick),
             lr_factors=factors,
             untied_norms=("rows", "flat"),
-            cache_dir=cache,
+            store=store,
             progress=True,
         )
-        eq = gain_curve(
+        eq = ssi.gain_curve(
             fam,
             Ls,
             simulate=True,
@@ -421,25 +409,25 @@ def fig_gain(out_dir, quick):
             eta=0.5,
             workers=_workers(quick),
             ode=True,
-            cache_dir=cache,
+            store=store,
             progress=True,
         )
         L_arr = np.array(Ls, float)
-        get = lambda rows, k: np.array([np.nan if r.get(k) is None else r[k] for r in rows], float)
+        get = lambda curve, k: curve.column(k)
         ax.plot(
             L_arr,
-            get(opt, "gain_optimal"),
+            get(opt, "gain_optimal_published"),
             "--",
             color="C1",
-            label="spec §5 formula, optimal γ (ratio², = L²)",
+            label="published formula, optimal γ (= L²)",
         )
         ax.plot(
             L_arr,
-            get(opt, "gain_optimal_closed"),
+            get(opt, "gain_optimal"),
             ":",
             color="k",
             lw=2.2,
-            label="package ODE, closed form (optimal γ and equal small γ: L)",
+            label="this package (Hermite data + ODE), optimal γ and equal small γ: L",
         )
         ax.plot(
             L_arr,
@@ -502,13 +490,15 @@ def fig_gain(out_dir, quick):
             )
             rule = "equal" if tag == "equal" else "optimal"
             ode_last = get(rows, f"gain_{rule}_ode")[-1]
-            spec_last = get(rows, f"gain_{rule}")[-1]
+            pkg_last = get(rows, f"gain_{rule}")[-1]
+            pub_last = get(rows, f"gain_{rule}_published")[-1]
             numbers.append(
                 dict(
                     name=f"sgd_gain_{fam}_{tag}_Lmax",
                     value=float(g[-1]),
-                    how=f"simulated gain at L={Ls[-1]} (+- {e[-1]:.3g}); ODE prediction "
-                    f"{ode_last:.3g}, spec formula {spec_last:.3g}",
+                    how=f"simulated gain at L={Ls[-1]} (+- {e[-1]:.3g}); full ODE "
+                    f"{ode_last:.3g}, this package's prediction {pkg_last:.3g}, published "
+                    f"formula {pub_last:.3g}",
                 )
             )
         s_ode, _ = _loglog_slope(L_arr, get(opt, "gain_optimal_ode"), np.full(len(L_arr), 0.01))
@@ -526,7 +516,7 @@ def fig_gain(out_dir, quick):
         ax.set_ylabel("gain ν_untied / ν_tied (weak recovery, η = 0.5)")
         ax.set_title(
             f"target {label}, ReLU, d = {d}, {seeds} seeds per point\n"
-            "theory lines: spec formula vs the package's ODE",
+            "theory lines: published formula vs this package's ODE",
             fontsize=9,
         )
         ax.legend(fontsize=6.5, loc="upper left")
@@ -538,8 +528,6 @@ def fig_gain(out_dir, quick):
 
 def fig_pathological(out_dir, quick):
     """z1 - z2 and (z1^2 - z2^2)/sqrt(2): the tied network stays at m ~ 0, the untied learns."""
-    from theory.ssi import model as ssi
-
     d = 1000 if quick else 5000
     n_seeds = 6 if quick else 20
     setups = [("z1 - z2", "linear", 0.05), ("(z1^2 - z2^2)/sqrt(2)", "relu", 0.05)]
@@ -577,17 +565,8 @@ def fig_pathological(out_dir, quick):
                 color=f"C{j}",
                 label=f"{name} SGD (mean ± SE, {len(M)} seeds)",
             )
-            try:
-                ode = ssi.integrate_ode(model, lr, d, m0=1 / math.sqrt(d), t_max=t_end)
-                ax.plot(ode.t, np.abs(ode.m), color=f"C{j}", lw=1.8, label=f"{name} ODE")
-            except Exception as exc:  # the ODE is another module's; keep the SGD figure
-                ax.text(
-                    0.02,
-                    0.5 - 0.1 * j,
-                    f"{name} ODE unavailable: {exc}"[:70],
-                    transform=ax.transAxes,
-                    fontsize=6,
-                )
+            ode = ssi.integrate_ode(model, lr, d, m0=1 / math.sqrt(d), t_max=t_end)
+            ax.plot(ode.t, np.abs(ode.m), color=f"C{j}", lw=1.8, label=f"{name} ODE")
             numbers.append(
                 dict(
                     name=f"sgd_pathological_{name}_{expr.replace(' ', '')}_final_m",
@@ -614,8 +593,6 @@ def fig_pathological(out_dir, quick):
 
 def fig_fraction_positional(out_dir, quick):
     """Fraction of SGD runs from (e, m) = (0, 0) ending positional vs omega at a = 1."""
-    from theory.ssi import model as ssi
-
     a, lr = 1.0, 0.05
     if quick:
         d, omegas, n_seeds = 1000, np.linspace(0.5, 0.8, 7), 10
@@ -647,7 +624,7 @@ def fig_fraction_positional(out_dir, quick):
         err.append(math.sqrt(max(p * (1 - p), 1.0 / n_seeds) / n_seeds))
         frac_other.append(np.mean([mm == "other" for mm in mins]))
     b = ssi.boundaries(a)
-    sw = b["omega_steepest_switch"]
+    sw = b.omega_steepest_switch
     fig, ax = _fig(figsize=(6.4, 4.4))
     ax.errorbar(
         omegas,
@@ -662,12 +639,12 @@ def fig_fraction_positional(out_dir, quick):
         ax.axvline(
             sw, color="C3", ls="--", label=f"theory: steepest direction switches, ω = {sw:.3f}"
         )
-    if b.get("omega_global_switch") is not None:
+    if b.omega_global_switch is not None:
         ax.axvline(
-            b["omega_global_switch"],
+            b.omega_global_switch,
             color="C2",
             ls=":",
-            label=f"theory: global minimum switches, ω = {b['omega_global_switch']:.3f}",
+            label=f"theory: global minimum switches, ω = {b.omega_global_switch:.3f}",
         )
     ax.set_xlabel("ω (weight of the positional part of the target)")
     ax.set_ylabel("fraction of runs")
@@ -697,7 +674,7 @@ def fig_fraction_positional(out_dir, quick):
         dict(
             name="sgd_theory_omega_steepest_switch",
             value=sw,
-            how="theory.ssi.model.boundaries(1.0)['omega_steepest_switch']",
+            how="theory.ssi.boundaries(1.0).omega_steepest_switch",
         ),
     ]
     return dict(files=[_save(fig, out_dir, "sgd-fraction-positional")], numbers=numbers)
@@ -708,8 +685,6 @@ def fig_fraction_positional(out_dir, quick):
 
 def fig_landscape_trajectories(out_dir, quick):
     """Risk landscape at a = 1, omega = 0.67 with SGD trajectories from the origin."""
-    from theory.ssi import model as ssi
-
     a, om, lr = 1.0, 0.67, 0.05
     d, n_seeds = (1000, 6) if quick else (1000, 12)
     t_end = "escape + relaxation"
@@ -729,22 +704,8 @@ def fig_landscape_trajectories(out_dir, quick):
         max_steps=int(200 * d / lr),
         n_record=150,
     )
-    trajs = [(np.asarray(r.e, float), np.asarray(r.m, float)) for r in res]
     fig, ax = _fig(figsize=(6.2, 5.4))
-    try:
-        from theory.ssi.figures.phase import plot_landscape
-
-        plot_landscape(a, om, trajectories=res, ax=ax)
-    except ImportError:
-        ax.text(
-            0.5,
-            0.5,
-            "theory.ssi.figures.phase.plot_landscape unavailable",
-            transform=ax.transAxes,
-            ha="center",
-        )
-        for e, m in trajs:
-            ax.plot(e, m, lw=0.8)
+    plot_landscape(a, om, trajectories=res, ax=ax)
     ax.set_title(
         f"risk landscape R(e, m) (theory) and SGD trajectories (simulation)\n"
         f"a = {a}, ω = {om}, d = {d}, γ = {lr}, {n_seeds} runs from the origin",

@@ -1,11 +1,11 @@
-"""Figures of the Hermite/SIE analysis: predicted tied/untied gains vs L for the spec's targets.
+"""Figures of the Hermite/SIE analysis: predicted tied/untied gains vs L for example targets.
 
 ``FIGURES["sie-gains"](out_dir, quick)`` writes ``sie-gains.png`` (gain at optimal and at equal
-step sizes vs L, spec section 5 formula, from :func:`theory.ssi.hermite.analyze`) and
-``sie-table.md`` (SIE, even SIE, leading-tensor contraction, operator norm and gains of the
-spec's worked examples).  Everything is exact sympy arithmetic for these polynomial targets; the
-figure is a theory prediction (no simulation points: the SGD escape-time simulations belong to
-``theory.ssi.figures.sgd``).
+step sizes vs L from :func:`theory.ssi.analyze`: this package's prediction, with the published
+formula beside it where they differ; docs/ssi.md section 7) and ``sie-table.md`` (SIE, even SIE,
+leading-tensor contraction, operator norm and gains of worked examples).  Everything is exact
+sympy arithmetic for these polynomial targets; the figure is a theory prediction (no simulation
+points: the SGD escape-time simulations belong to ``theory.ssi.figures.sgd``).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _fmt(x, digits=6):
 
 def sie_gains(out_dir: Path, quick: bool) -> dict:
     from theory.plotting import use_agg
-    from theory.ssi.hermite import analyze
+    from theory.ssi import analyze
 
     use_agg()
     import matplotlib.pyplot as plt
@@ -90,9 +90,20 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
         rows[label] = [analyze(build(L), L=L) for L in Ls if L >= lmin]
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-    for ax, field, ref_pow, title in (
-        (axes[0], "gain_optimal", 2, "at optimal step sizes"),
-        (axes[1], "gain_equal", 1, "at equal step sizes"),
+    he2, he3 = rows[GAIN_TARGETS[0][0]], rows[GAIN_TARGETS[3][0]]
+    for ax, field, title, (pub_rows, pub_label) in (
+        (
+            axes[0],
+            "gain_optimal",
+            "at optimal step sizes",
+            (he2, r"$\sum He_2$: published formula ($L^2$; assumes equal noise)"),
+        ),
+        (
+            axes[1],
+            "gain_equal",
+            "at equal step sizes",
+            (he3, r"$\sum He_3$: published formula ($|C\cdot 1|/\|C\|_{op}$)"),
+        ),
     ):
         for (label, reps), sty in zip(rows.items(), _STYLES):
             xs = [r.L for r in reps]
@@ -104,16 +115,14 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
                 mfc="none",
                 label=f"theory: {label}",
             )
-        ax.plot(Ls, [L**ref_pow for L in Ls], "k:", lw=1, label=f"$L^{ref_pow}$")
-        if field == "gain_equal":
-            he3 = rows[GAIN_TARGETS[3][0]]
-            ax.plot(
-                [r.L for r in he3],
-                [r.gain_equal_drift for r in he3],
-                "x--",
-                color="C3",
-                label=r"$\sum He_3$: drift ratio $L^{1-k/2}|C\cdot 1|/\|C\|_{op}$",
-            )
+        ax.plot(Ls, list(Ls), "k:", lw=1, label="$L$")
+        ax.plot(
+            [r.L for r in pub_rows],
+            [getattr(r, f"{field}_published") for r in pub_rows],
+            "x--",
+            color="0.4",
+            label=pub_label,
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(Ls, [str(L) for L in Ls])
@@ -121,8 +130,8 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
         ax.set_xlabel("sequence length L")
         ax.set_ylabel(r"predicted gain $\nu_{untied}/\nu_{tied}$")
         ax.set_title(
-            f"tied vs untied gain {title}\n(spec §5: $(C_{{SIE}}\\cdot 1/\\|C_{{SIE}}\\|"
-            "_{op})^{p}$, × L or √L if SIE = 1)",
+            f"tied vs untied gain {title}\n(this package, docs/ssi.md eqs. 29-30; "
+            "dashed: the published formula)",
             fontsize=9,
         )
         ax.legend(fontsize=7)
@@ -137,9 +146,9 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
     plt.close(fig)
 
     lines = [
-        "| target | L | SIE | even SIE | C_SIE x 1 | op norm | gain (opt. γ) | gain (equal γ) "
-        "| tied learns | exact |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| target | L | SIE | even SIE | C_SIE x 1 | op norm | gain (opt. γ) | published "
+        "(opt. γ) | gain (equal γ) | published (equal γ) | tied learns | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     targets = TABLE_TARGETS if not quick else TABLE_TARGETS[:9]
     for expr in targets:
@@ -148,26 +157,33 @@ def sie_gains(out_dir: Path, quick: bool) -> dict:
         lines.append(
             f"| `{expr}` | {r.L} | {_fmt(r.sie)} | {_fmt(r.even_sie)} | "
             f"{_fmt(r.tied_contraction)} | {opn} | {_fmt(r.gain_optimal)} | "
-            f"{_fmt(r.gain_equal)} | {_fmt(r.tied_learnable)} | "
+            f"{_fmt(r.gain_optimal_published)} | {_fmt(r.gain_equal)} | "
+            f"{_fmt(r.gain_equal_published)} | {_fmt(r.tied_learnable)} | "
             f"{'yes' if r.exact else f'no (tol {r.tolerance:.0e})'} |"
         )
     table = atomic_write_text(out_dir / "sie-table.md", "\n".join(lines) + "\n")
 
     he2 = rows[GAIN_TARGETS[0][0]][-1]
     lin = rows[GAIN_TARGETS[1][0]][-1]
-    how = (
-        "exact sympy Hermite tensors (theory.ssi.hermite.analyze), spec section 5 formula; "
-        "no randomness"
-    )
+    how = "exact sympy Hermite tensors (theory.ssi.analyze), docs/ssi.md eqs. 29-31; no randomness"
     numbers = [
         dict(name=f"gain_optimal sum He2 L={he2.L}", value=he2.gain_optimal, how=how),
+        dict(
+            name=f"gain_optimal_published sum He2 L={he2.L}",
+            value=he2.gain_optimal_published,
+            how=how,
+        ),
         dict(name=f"gain_equal sum He2 L={he2.L}", value=he2.gain_equal, how=how),
         dict(name=f"gain_optimal sum z/sqrt(L) L={lin.L}", value=lin.gain_optimal, how=how),
         dict(name=f"gain_equal sum z/sqrt(L) L={lin.L}", value=lin.gain_equal, how=how),
         dict(name="gain_optimal z1-z2", value=analyze("z1 - z2").gain_optimal, how=how),
         dict(name="SIE He2(z1)*He3(z2)", value=analyze("He2(z1)*He3(z2)").sie, how=how),
     ]
-    assert math.isclose(he2.gain_optimal, he2.L**2, rel_tol=1e-9)
+    if not (
+        math.isclose(he2.gain_optimal, he2.L, rel_tol=1e-9)
+        and math.isclose(he2.gain_optimal_published, he2.L**2, rel_tol=1e-9)
+    ):
+        raise RuntimeError(f"sum He2 gains off their closed forms L, L^2: {he2.gain_optimal}")
     return dict(files=[str(png), str(table)], numbers=numbers)
 
 

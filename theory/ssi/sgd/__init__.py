@@ -1,1 +1,3 @@
-"""Online spherical SGD at finite d: full-d runs, the exact reduced chain, their kernels."""
+"""Online spherical SGD at finite d: the shared loop (``driver``), the full d-dimensional
+simulator (``full``), the exact reduced chain (``reduced``), many seeds kept in a result store
+(``seeds``), and their numba kernels (``_kernels``, ``_blocknormal``)."""

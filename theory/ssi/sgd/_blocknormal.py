@@ -78,7 +78,7 @@ def _tables(C=ZIG_C, R=ZIG_R):
     fast path's single gather); f(X) = exp(-X^2 / 2); V.  T[i] = floor(2^11 X[i+1] / X[i])
     (decremented where needed) so that T[i] / 2^11 <= X[i+1] / X[i]: the fast test never
     accepts a point outside the rectangle."""
-    f = lambda x: math.exp(-0.5 * x * x)  # noqa: E731
+    f = lambda x: math.exp(-0.5 * x * x)
     V = R * f(R) + math.sqrt(math.pi / 2.0) * math.erfc(R / math.sqrt(2.0))
     X0 = np.zeros(C + 1)
     X0[0] = V / f(R)
@@ -180,17 +180,6 @@ def _finish(r, s):
         if ZIG_FX[i + 1] + _uniform(s) * (ZIG_FX[i] - ZIG_FX[i + 1]) < math.exp(-0.5 * x * x):
             return x
         r = _next(s)  # rejected: a fresh, complete draw
-
-
-@numba.njit(cache=True)
-def scalar_normal(s):
-    """One N(0, 1) draw from the scalar state alone (same tables)."""
-    r = _next(s)
-    i = r & _ZIG_MASK
-    u = _u_of(r)
-    if abs(u) < ZIG_RATIO[i]:
-        return u * ZIG_X[i]
-    return _finish(r, s)
 
 
 @numba.njit(cache=True, inline="always")

@@ -1,6 +1,6 @@
 """Numba kernels of online spherical SGD (full d and reduced) with pure-numpy references.
 
-Conventions (code normalisation, spec sequence-single-index.md section 1): token rows
+Conventions (the normalisation of docs/ssi.md section 1): token rows
 x_l ~ N(0, I_d / d), ||w*||^2 = d, ||w||^2 = d, positional rows P_l of unit norm orthogonal to w*,
 z = (X + P / sqrt(d)) w, loss l = ||y - f||^2 (no 1/2), update
 w <- sqrt(d) (w - gamma grad) / ||w - gamma grad||.
@@ -13,7 +13,7 @@ delta = dl/dz in R^L):
 * ``HEAD_FUNCTIONAL`` (1): attention with a scalar reduction f = sum_ij R_ij softmax_row(z z^T)_ij
   (trace: R = c I; projection: R = a b^T), y a scalar.
 * ``HEAD_NETWORK`` (2): f = sigma(sum_l z_l / sqrt(L)) with the activation ``act`` (codes in
-  ``ACTIVATIONS``), y a scalar.  Used by the tied and the untied network.
+  ``theory.ssi._kernels.ACTIVATION_CODES``), y a scalar.  Used by the tied and the untied network.
 
 Randomness: the reference kernel ``full_chunk`` (and ``reduced_chunk``) takes its Gaussians as
 arrays, so it and its numpy reference are deterministic functions of the same arrays and are
@@ -32,29 +32,10 @@ import numba
 import numpy as np
 
 from theory.rng import normal as zig_normal
+from theory.ssi._kernels import activation_reference
 from theory.ssi.sgd import _blocknormal as BN
 
 HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
-
-#: activation name -> integer code used inside the kernels
-ACTIVATIONS = {
-    "linear": 0,
-    "identity": 0,
-    "id": 0,
-    "he1": 0,
-    "relu": 1,
-    "tanh": 2,
-    "erf": 3,
-    "sigmoid": 4,
-    "abs": 5,
-    "square": 6,
-    "he2": 7,
-    "he3": 8,
-    "he4": 9,
-    "he2n": 10,  # He_2 / sqrt(2)  (unit-norm)
-    "he3n": 11,  # He_3 / sqrt(6)
-    "he4n": 12,  # He_4 / sqrt(24)
-}
 
 _SQ2 = math.sqrt(2.0)
 _SQ6 = math.sqrt(6.0)
@@ -131,35 +112,6 @@ def act_deriv(code, s):
     return np.nan
 
 
-def act_numpy(code, s):
-    """numpy reference of (sigma(s), sigma'(s)) for an activation code."""
-    s = np.asarray(s, dtype=float)
-    table = {
-        0: (s, np.ones_like(s)),
-        1: (np.maximum(s, 0.0), (s > 0).astype(float)),
-        2: (np.tanh(s), 1.0 - np.tanh(s) ** 2),
-        3: (None, 2.0 / np.sqrt(np.pi) * np.exp(-s * s)),
-        4: (1.0 / (1.0 + np.exp(-s)), None),
-        5: (np.abs(s), np.sign(s)),
-        6: (s * s, 2.0 * s),
-        7: (s * s - 1.0, 2.0 * s),
-        8: (s**3 - 3.0 * s, 3.0 * s * s - 3.0),
-        9: (s**4 - 6.0 * s * s + 3.0, 4.0 * s**3 - 12.0 * s),
-    }
-    if code == 3:
-        from scipy.special import erf
-
-        return erf(s), table[3][1]
-    if code == 4:
-        q = 1.0 / (1.0 + np.exp(-s))
-        return q, q * (1.0 - q)
-    if code in (10, 11, 12):
-        v, dv = table[code - 3]
-        c = {10: _SQ2, 11: _SQ6, 12: _SQ24}[code]
-        return v / c, dv / c
-    return table[code]
-
-
 # =========================================================================== heads
 
 
@@ -230,13 +182,13 @@ def head_grad(head, z, y, Rm, act, delta, work):
     return loss
 
 
-def head_grad_numpy(head, z, y, Rm, act):
+def head_grad_reference(head, z, y, Rm, act):
     """numpy reference of :func:`head_grad`: returns (loss, delta)."""
     z = np.asarray(z, dtype=float)
     L = z.shape[0]
     if head == HEAD_NETWORK:
         s = z.sum() / np.sqrt(L)
-        f, df = act_numpy(act, s)
+        f, df = activation_reference(act, s)
         r = y[0] - f
         return float(r * r), np.full(L, -2.0 * r * df / np.sqrt(L))
     A = np.outer(z, z)
@@ -456,7 +408,7 @@ def fill_normals(s, out):
         flat[i] = zig_normal(s)
 
 
-def full_chunk_numpy(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+def full_chunk_reference(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
     """Plain numpy reference of :func:`full_chunk` (same arguments, same in-place effect)."""
     n, L, d = G.shape
     hit = -1
@@ -469,7 +421,7 @@ def full_chunk_numpy(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untie
             z = np.einsum("ld,ld->l", X, W)
         else:
             z = (X + P / np.sqrt(d)) @ W[0]
-        loss, delta = head_grad_numpy(head, z, Y[t], Rm, act)
+        loss, delta = head_grad_reference(head, z, Y[t], Rm, act)
         loss_sum += loss
         if untied:
             W -= gamma * delta[:, None] * X
@@ -564,7 +516,7 @@ def reduced_chunk(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta
     return hit, loss_sum
 
 
-def reduced_chunk_numpy(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta2):
+def reduced_chunk_reference(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta2):
     """Plain numpy reference of :func:`reduced_chunk`."""
     n, L, k1 = alpha.shape
     hit = -1
@@ -576,7 +528,7 @@ def reduced_chunk_numpy(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untie
             z = alpha[t, :, 0] * C[:, 0] + rr * beta[t]
         else:
             z = alpha[t] @ C[0] + Bfull @ C[0] + rr[0] * beta[t]
-        loss, delta = head_grad_numpy(head, z, Y[t], Rm, act)
+        loss, delta = head_grad_reference(head, z, Y[t], Rm, act)
         loss_sum += loss
         if untied:
             cn = C[:, 0] - h * delta * alpha[t, :, 0]
@@ -594,6 +546,69 @@ def reduced_chunk_numpy(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untie
             rr[0] = np.sqrt(rp**2 + rem) / nrm
         q = (C[:, 0] ** 2).mean() if untied else (C[0] ** 2).sum()
         if hit < 0 and q >= eta2:
+            hit = t
+    return hit, loss_sum
+
+
+# =========================================================================== flattened untied chain
+
+
+@numba.njit(cache=True)
+def flat_chunk(c, r, alpha, beta, chi, Y, h, act, eta2):
+    """Exact reduced chain of the FLATTENED untied network, ``alpha.shape[0]`` steps in place.
+
+    W in R^{L x d} on one sphere of radius sqrt(L d); c (L,) = coordinates of W/sqrt(L d) along
+    the orthonormal directions e_l (x) w*/sqrt(d) (c_l = m_l / sqrt(L), |c| = m_untied), r (1,)
+    the norm of the rest.  Per step (same derivation as ``theory.ssi.sgd.reduced`` with the
+    frame of the L teacher directions of R^{L d}): z* = alpha (n, L), u = c.alpha + r beta,
+    delta = 2 (sigma(u) - y) sigma'(u), c' = c - h delta alpha, r' = r - h delta beta,
+    rest^2 = h^2 delta^2 chi, chi ~ chi^2(L d - L - 1), h = gamma / (L d), renormalise.
+    Returns (first index with |c|^2 >= eta2 or -1, sum of losses)."""
+    n, L = alpha.shape
+    cn = np.empty(L)
+    hit = -1
+    loss_sum = 0.0
+    for t in range(n):
+        u = r[0] * beta[t]
+        for l in range(L):
+            u += c[l] * alpha[t, l]
+        s = act_value(act, u)
+        res = s - Y[t]
+        loss_sum += res * res
+        dl = 2.0 * res * act_deriv(act, u)
+        nrm2 = 0.0
+        for l in range(L):
+            cn[l] = c[l] - h * dl * alpha[t, l]
+            nrm2 += cn[l] * cn[l]
+        rp = r[0] - h * dl * beta[t]
+        perp2 = rp * rp + h * h * dl * dl * chi[t]
+        inv = 1.0 / math.sqrt(nrm2 + perp2)
+        q = 0.0
+        for l in range(L):
+            c[l] = cn[l] * inv
+            q += c[l] * c[l]
+        r[0] = math.sqrt(perp2) * inv
+        if hit < 0 and q >= eta2:
+            hit = t
+    return hit, loss_sum
+
+
+def flat_chunk_reference(c, r, alpha, beta, chi, Y, h, act, eta2):
+    """Plain numpy reference of :func:`flat_chunk` (same in-place semantics)."""
+    hit, loss_sum = -1, 0.0
+    for t in range(alpha.shape[0]):
+        u = float(c @ alpha[t] + r[0] * beta[t])
+        s, ds = activation_reference(act, u)
+        res = float(s) - float(Y[t])
+        loss_sum += res * res
+        dl = 2.0 * res * float(ds)
+        cn = c - h * dl * alpha[t]
+        rp = r[0] - h * dl * beta[t]
+        perp2 = rp**2 + h * h * dl * dl * chi[t]
+        nrm = math.sqrt(cn @ cn + perp2)
+        c[:] = cn / nrm
+        r[0] = math.sqrt(perp2) / nrm
+        if hit < 0 and c @ c >= eta2:
             hit = t
     return hit, loss_sum
 

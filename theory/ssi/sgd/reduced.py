@@ -3,9 +3,10 @@ r"""The exact reduced (d-independent) simulator of online spherical SGD.
 Claim
 -----
 For online spherical SGD with a fresh isotropic sample at every step (normalisation of
-``theory.ssi.sgd.simulate``), the frame coordinates of the student form a Markov chain whose
-transition law depends on d only through one chi-square variable per student row, and this
-chain has EXACTLY the law of the full d-dimensional simulation (no large-d approximation).
+``theory.ssi.sgd.driver``; docs/ssi.md section 9), the frame coordinates of the student form a
+Markov chain whose transition law depends on d only through one chi-square variable per student
+row, and this chain has EXACTLY the law of the full d-dimensional simulation (no large-d
+approximation).
 
 Setting.  Let u* = w*/sqrt(d) and let q_1..q_k be an orthonormal basis of span(P_1..P_L) (P_l
 unit rows orthogonal to w*), P_l = sum_j B_lj q_j (B B^T = G, the Gram matrix of the encoding).
@@ -60,38 +61,119 @@ span(u*, v_l) (d - 2 dimensions): z_l = m_l alpha_l + r_l beta_l, and the row up
 above with k1 = 1 and chi_l ~ chi-square(d - 2), independent across rows because the token rows
 are.  The cross-row overlaps w_l . w_l' never enter f or delta, so (m_1..m_L) is Markov.
 
-Validation: ``tests/test_sgd_reduced.py`` compares escape-step distributions of this chain and the
-full simulator at small d (two-sample KS test and means within standard errors).
+Flattened untied network (``UntiedNetwork(..., normalisation="flat")``: W on ONE sphere of radius
+sqrt(L d) in R^{L d}).  Take the frame of the L teacher directions e_l (x) w*/sqrt(d) of R^{L d};
+c_l = m_l / sqrt(L) are the coordinates of W / sqrt(L d) along them and r the norm of the rest.
+The same four steps, with u = c . alpha + r beta the network's pre-activation, delta = dl/du,
+h = gamma / (L d) and one chi ~ chi-square(L d - L - 1) per step, give the chain of
+``theory.ssi.sgd._kernels.flat_chunk``; m_untied = |c|.
+
+Validation: ``tests/ssi/test_sgd_reduced.py`` compares escape-step distributions of this chain and
+the full simulator at small d (two-sample KS test and means within standard errors).
 """
 
 from __future__ import annotations
 
-from theory.ssi.sgd.simulate import _DOC_COMMON, SGDResult, _run
+import math
+
+import numpy as np
+
+from theory.ssi.risk import SSIModel
+from theory.ssi.sgd import _kernels as K
+from theory.ssi.sgd.driver import DOC_COMMON, SGDResult, is_flat, run
 
 __all__ = ["simulate_reduced"]
 
 
+class _ReducedState:
+    """The exact reduced chain of the frame coordinates (per-row spheres)."""
+
+    def __init__(self, model, d, rng, C0, rr0):
+        self.model, self.d = model, d
+        self.B = np.ascontiguousarray(model.B)
+        self.C = C0.copy()
+        self.rr = rr0.copy()
+        k1 = self.C.shape[1]
+        # chi-square degrees of freedom of the part orthogonal to (frame, current student row)
+        self.dof = d - k1 - 1
+
+    def run(self, n, rng, tfn, lr, head, Rm, act, eta2):
+        L = self.model.L
+        k1 = self.C.shape[1]
+        R = self.C.shape[0]
+        alpha = rng.standard_normal((n, L, k1))
+        beta = rng.standard_normal((n, L))
+        chi = rng.chisquare(self.dof, (n, R))
+        Y = np.ascontiguousarray(tfn(np.ascontiguousarray(alpha[:, :, 0])))
+        return K.reduced_chunk(
+            self.C,
+            self.rr,
+            self.B,
+            alpha,
+            beta,
+            chi,
+            Y,
+            lr / self.d,
+            head,
+            Rm,
+            act,
+            self.model.untied,
+            eta2,
+        )
+
+    def chunk_max(self):
+        return 1 << 14
+
+    def coords(self):
+        return self.C.copy()
+
+
+class _FlatReducedState:
+    """The exact reduced chain of the flattened untied network: c (L,) = (m_l / sqrt(L)) and the
+    rest norm r (1,), advanced by ``theory.ssi.sgd._kernels.flat_chunk``."""
+
+    def __init__(self, model, d, rng, C0, rr0):
+        self.L, self.d = model.L, d
+        self.c = C0[:, 0] / math.sqrt(self.L)
+        self.r = np.array([math.sqrt(max(1.0 - float(self.c @ self.c), 0.0))])
+
+    def run(self, n, rng, tfn, lr, head, Rm, act, eta2):
+        L, D = self.L, self.L * self.d
+        alpha = rng.standard_normal((n, L))
+        beta = rng.standard_normal(n)
+        chi = rng.chisquare(D - L - 1, n)
+        Y = np.ascontiguousarray(tfn(alpha)[:, 0])
+        return K.flat_chunk(self.c, self.r, alpha, beta, chi, Y, lr / D, act, eta2)
+
+    def chunk_max(self):
+        return 1 << 14
+
+    def coords(self):
+        return (math.sqrt(self.L) * self.c)[:, None]
+
+
 def simulate_reduced(
-    model_spec,
-    d,
-    lr,
-    seed,
+    model: SSIModel,
+    d: int,
+    lr: float,
+    rng: int | np.random.Generator,
     *,
-    steps=None,
-    m0=None,
-    e0=None,
-    start="random",
-    eta=None,
-    n_record=200,
-    max_steps=10**9,
-    margin=1.0,
-    t_margin=10.0,
+    steps: int | None = None,
+    m0: float | None = None,
+    e0: float | np.ndarray | None = None,
+    start: str = "random",
+    eta: float | None = None,
+    n_record: int = 200,
+    max_steps: int = 10**9,
+    margin: float = 1.0,
+    t_margin: float = 10.0,
 ) -> SGDResult:
-    return _run(
-        model_spec,
+    return run(
+        model,
         d,
         lr,
-        seed,
+        rng,
+        _FlatReducedState if is_flat(model) else _ReducedState,
         steps=steps,
         m0=m0,
         e0=e0,
@@ -106,6 +188,6 @@ def simulate_reduced(
 
 
 simulate_reduced.__doc__ = (
-    "The exact reduced chain of the frame coordinates (see the module "
-    "docstring); cost per step independent of d.\n" + _DOC_COMMON
+    "The exact reduced chain of the frame coordinates (see the module docstring); cost per step "
+    "independent of d.  Same law as ``simulate_sgd``.\n" + DOC_COMMON
 )

@@ -1,4 +1,4 @@
-"""The (e, m) ODE of theory.ssi.model: closed-form cases, invariants, the weak-recovery event,
+"""The (e, m) ODE of theory.ssi.ode: closed-form cases, invariants, the weak-recovery event,
 and agreement with an independent numpy implementation of online spherical SGD at small d."""
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from theory.ssi import model as ssi
+from theory import ssi
 from theory.ssi._kernels import attention_jac
 
 
@@ -177,12 +177,12 @@ def test_ode_matches_numpy_sgd_attention_with_positional_encoding():
 
 
 def test_ode_gain_matches_hermite_prediction():
-    # sum He2 / sqrt2 at equal (small) step size: nu_untied / nu_tied = L (spec section 5), from
-    # the ODEs of the two networks vs theory.ssi.hermite's tensor data
+    # sum He2 / sqrt2 at equal (small) step size: nu_untied / nu_tied = L (docs/ssi.md eq. 29),
+    # from the ODEs of the two networks vs theory.ssi.hermite's tensor data
     for L in (2, 3):
         tgt = "(" + "+".join(f"He2(z{i + 1})" for i in range(L)) + ")/sqrt(2)"
         p = ssi.predicted_escape(tgt, L, d=1000, lr=0.005)
-        assert p["gain_equal"] == pytest.approx(L)
+        assert p.gain_equal == pytest.approx(L)
         # the noise term (lr K/2) shifts the two growth rates differently: 1 % at lr = 0.005
-        assert p["gain_ode"] == pytest.approx(p["gain_equal"], rel=1e-2)
-    assert ssi.predicted_escape("z1 - z2", 2, d=1000, lr=0.05)["steps_escape_tied"] is None
+        assert p.gain_ode == pytest.approx(p.gain_equal, rel=1e-2)
+    assert ssi.predicted_escape("z1 - z2", 2, d=1000, lr=0.05).steps_escape_tied is None

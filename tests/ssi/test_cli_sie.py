@@ -17,6 +17,8 @@ CONTRACT = (
     "op_norm",
     "gain_optimal",
     "gain_equal",
+    "gain_optimal_published",
+    "gain_equal_published",
     "tied_learnable",
     "even_sie",
     "exact",
@@ -38,7 +40,10 @@ def test_sum_he2_json(capsys):
         assert k in d
     assert d["sie"] == 2 and d["leading_tensor"] == [[1.0, 0.0], [0.0, 1.0]]
     assert d["tied_contraction"] == 2.0 and d["op_norm"] == 1.0 and d["op_norm_exact"] is True
-    assert d["gain_optimal"] == pytest.approx(4.0) and d["gain_equal"] == pytest.approx(2.0)
+    # this package's prediction (= theory sgd gain) beside the published formula
+    assert d["gain_optimal"] == pytest.approx(2.0) and d["gain_equal"] == pytest.approx(2.0)
+    assert d["gain_optimal_published"] == pytest.approx(4.0)
+    assert d["gain_equal_published"] == pytest.approx(2.0)
     assert d["tied_learnable"] is True and d["even_sie"] == 2 and d["exact"] is True
     assert d["L"] == 2
 
@@ -67,6 +72,7 @@ def test_text_output(capsys):
     assert main(["sie", "z1*z2"]) == 0
     out, _ = capsys.readouterr()
     assert "SIE: 2" in out and "gain" in out
+    assert "this package" in out and "published formula" in out
 
 
 @pytest.mark.parametrize(

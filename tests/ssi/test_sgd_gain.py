@@ -9,8 +9,9 @@ import pytest
 from scipy import integrate
 from scipy.optimize import brentq
 
+from theory import ssi
 from theory.ssi import gain as G
-from theory.ssi import model as ssi
+from theory.ssi.sgd import _kernels as SK
 
 
 def test_sie1_constant_is_the_root_of_its_stationarity_condition():
@@ -33,13 +34,15 @@ def test_linear_escape_steps_against_quadrature(k):
 def test_linear_optimum_closed_forms_against_numerical_minimisation():
     A, K, d, m0, eta = 1.1, 6.0, 1000.0, 1 / math.sqrt(1000), 0.5
     # SIE 2: nu* = 2 d K ln(eta/m0) / A^2 at lr* = A/K, vs a brute-force scan
-    nu2, lr2 = G.linear_optimal(A, K, 2, d, m0, eta)
+    o2 = G.linear_optimal(A, K, 2, d, m0, eta)
+    nu2, lr2 = o2.nu, o2.lr
     lrs = np.geomspace(lr2 / 10, 1.99 * lr2, 20001)
     vals = [G.linear_escape_steps(A, K, 2, g, d, m0, eta) for g in lrs]
     assert nu2 == pytest.approx(min(vals), rel=1e-6)
     assert lr2 == pytest.approx(lrs[int(np.argmin(vals))], rel=2e-3)
     # SIE 1 with m0 -> 0: nu* = F* d K eta^2 / (2 A^2), lr* = 2 A x* / (K eta)
-    nu1, lr1 = G.linear_optimal(A, K, 1, d, 1e-12, eta)
+    o1 = G.linear_optimal(A, K, 1, d, 1e-12, eta)
+    nu1, lr1 = o1.nu, o1.lr
     assert nu1 == pytest.approx(G.F_STAR * d * K * eta**2 / (2 * A**2), rel=1e-8)
     assert lr1 == pytest.approx(2 * A * G.X_STAR / (K * eta), rel=1e-4)
 
@@ -48,32 +51,32 @@ def test_linear_optimum_closed_forms_against_numerical_minimisation():
 def test_drift_and_noise_constants_from_the_package_ode(fam, L):
     expr = G.family_target(fam, L)
     c = G.drift_constants(expr, L)
-    k = c["sie"]
+    k = c.sie
     tn = ssi.TiedNetwork(expr, L=L)
     un = ssi.UntiedNetwork(expr, L=L)
     eps = 1e-4
     # tied: -dR/dm(eps) = A eps^(k-1) + O(eps^k)
-    assert -tn.grad(None, eps)[1] / eps ** (k - 1) == pytest.approx(c["A_tied"], rel=1e-3)
+    assert -tn.grad(None, eps)[1] / eps ** (k - 1) == pytest.approx(c.A_tied, rel=1e-3)
     if k == 1:  # untied best-direction drift = |grad_m R(0)|
-        assert np.linalg.norm(un.grad(None, np.zeros(L))[1]) == pytest.approx(
-            c["A_untied"], rel=1e-8
-        )
+        assert np.linalg.norm(un.grad(None, np.zeros(L))[1]) == pytest.approx(c.A_untied, rel=1e-8)
     else:  # = largest eigenvalue of -Hessian(0) in the row overlaps
         lam = np.linalg.eigvalsh(-un.hessian(None, np.zeros(L)))
-        assert lam.max() == pytest.approx(c["A_untied"], rel=1e-8)
+        assert lam.max() == pytest.approx(c.A_untied, rel=1e-8)
     # the per-row noise term is exactly 1/L of the tied one at m = 0 (delta_l = delta / sqrt L)
-    assert c["K_row"] == pytest.approx(c["K_tied"] / L, rel=1e-10)
+    assert c.K_row == pytest.approx(c.K_tied / L, rel=1e-10)
 
 
 def test_closed_form_against_full_ode_minimisation_in_the_linear_regime():
-    # small eta, large d: the full ODE of theory.ssi.model reduces to its linearisation.
+    # small eta, large d: the full ODE of theory.ssi.ode reduces to its linearisation.
     # Corrections: SIE 2 (sum He2) O(eta^2) (K(m) = K(0) + O(m^2), sphere term m^2);
     # SIE 1 (sum z) O(eta) since K(m) = K(0) - 4 m for a linear target with relu
     for fam, k, d, eta, tol in (("sum_he2", 2, 1e8, 0.01, 1e-3), ("sum_z", 1, 1e12, 1e-4, 1e-3)):
         expr = G.family_target(fam, 2)
         c = G.drift_constants(expr, 2)
-        nu_lin, lr_lin = G.linear_optimal(c["A_tied"], c["K_tied"], k, d, 1 / math.sqrt(d), eta)
-        nu, lr, _ = G.ode_optimal(ssi.TiedNetwork(expr, L=2), d, eta, lr_lin, xatol=1e-3)
+        lin = G.linear_optimal(c.A_tied, c.K_tied, k, d, 1 / math.sqrt(d), eta)
+        nu_lin, lr_lin = lin.nu, lin.lr
+        opt = G.ode_optimal(ssi.TiedNetwork(expr, L=2), d, eta, lr_lin, xatol=1e-3)
+        nu, lr = opt.nu, opt.lr
         assert nu == pytest.approx(nu_lin, rel=tol)
         assert lr == pytest.approx(lr_lin, rel=3e-2)  # flat optimum: lr* is softer than nu*
 
@@ -89,9 +92,9 @@ def test_untied_ode_is_the_tied_ode_slowed_down_by_L(fam):
         nu = G.ode_escape_steps(ssi.UntiedNetwork(expr, L=L), lr, d, eta)
         assert nu / nt == pytest.approx(L, rel=1e-5)
     c = G.closed_form_gains(expr, L, d, eta, 0.05)
-    assert c["gain_optimal_closed"] == pytest.approx(L, rel=1e-9)
-    # = the spec's formula times K_row / K_tied = 1/L
-    assert c["gain_optimal_closed"] == pytest.approx(c["gain_optimal_spec"] / L, rel=1e-9)
+    assert c.gain_optimal_closed == pytest.approx(L, rel=1e-9)
+    # = the published formula times K_row / K_tied = 1/L
+    assert c.gain_optimal_closed == pytest.approx(c.gain_optimal_published / L, rel=1e-9)
 
 
 def test_flat_kernel_matches_numpy_reference():
@@ -104,7 +107,7 @@ def test_flat_kernel_matches_numpy_reference():
     chi = rng.chisquare(L * d - L - 1, n)
     Y = (alpha**2 - 1).sum(axis=1) / math.sqrt(2)
     out = []
-    for fn in (G.flat_chunk, G.flat_chunk_numpy):
+    for fn in (SK.flat_chunk, SK.flat_chunk_reference):
         c, r = c0.copy(), r0.copy()
         hit, loss = fn(c, r, alpha, beta, chi, Y, 0.3 / (L * d), 1, 0.2**2)
         out.append((hit, loss, c, r))
@@ -117,7 +120,7 @@ def test_flat_kernel_matches_numpy_reference():
 def test_ode_optimal_gain_against_reduced_sgd():
     # SIE 1, L = 3, d = 200, each network at its ODE-optimal step size; the simulated gain must
     # agree with the ODE's within 4 standard errors (+3 % for the finite-d shift of the optimum)
-    # and be incompatible with the spec's L^2 = 9
+    # and be incompatible with the published L^2 = 9
     rows = G.gain_curve(
         "sum_z",
         [3],
@@ -128,9 +131,10 @@ def test_ode_optimal_gain_against_reduced_sgd():
         lr_factors=(1.0,),
         workers=1,
         untied_norms=("rows", "flat"),
-    )
+    ).rows
     r = rows[0]
-    assert r["gain_optimal"] == pytest.approx(9.0)
+    assert r["gain_optimal_published"] == pytest.approx(9.0)
+    assert r["gain_optimal"] == pytest.approx(3.0)
     for sfx in ("", "_flat"):
         g, e = r[f"gain_sim{sfx}"], r[f"gain_sim{sfx}_err"]
         assert abs(g - r["gain_optimal_ode"]) < 4 * e + 0.03 * g, (sfx, g, e, r)
@@ -149,8 +153,9 @@ def test_cli_gain_json_contract(capsys):
     assert code == 0 and len(out) == 1
     rows = json.loads(out[0])["rows"]
     for r, L in zip(rows, (1, 2)):
-        # spec formula L^2, the package's ODE (closed form and minimised) L
-        assert r["gain_optimal"] == pytest.approx(L**2)
+        # published formula L^2, this package's prediction and ODE (closed form, minimised) L
+        assert r["gain_optimal_published"] == pytest.approx(L**2)
+        assert r["gain_optimal"] == pytest.approx(L)
         assert r["gain_equal"] == pytest.approx(L)
         assert r["gain_optimal_closed"] == pytest.approx(L, rel=1e-9)
         assert r["gain_optimal_ode"] == pytest.approx(L, rel=1e-5)
@@ -161,3 +166,34 @@ def test_cli_gain_json_contract(capsys):
         )
         == 2
     )
+
+
+@pytest.mark.parametrize(
+    "fam,L,act", [("sum_he2", 3, "relu"), ("sum_z", 4, "relu"), ("sum_he3", 2, "erf")]
+)
+def test_hermite_gain_formula_is_the_minimised_linear_ode(fam, L, act):
+    # theory.ssi.hermite.gains (ratio^2 L^(1-k), |ratio| L^(1-k/2)) against the numerical
+    # minimisation over the step size of the linearised ODE's escape steps (linear_optimal) and
+    # its small-step limit (SIE 3: the noise term would stop the escape at lr = 0.05)
+    expr = G.family_target(fam, L)
+    d, eta = 1000, 0.5
+    c = G.closed_form_gains(expr, L, d, eta, 1e-7, act)
+    assert c.tied_escapes
+    assert c.gain_optimal_closed == pytest.approx(c.gain_optimal, rel=1e-6)
+    assert c.gain_equal_closed == pytest.approx(c.gain_equal, rel=1e-4)
+
+
+def test_theory_sie_and_theory_sgd_gain_agree(capsys):
+    import json
+
+    from theory.cli import main
+
+    assert main(["sie", "(He2(z1) + He2(z2) + He2(z3))/sqrt(2)", "--json"]) == 0
+    sie = json.loads(capsys.readouterr().out)
+    assert main(["sgd", "gain", "--target", "sum_he2", "--Ls", "3", "--no-ode", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    for key in ("gain_optimal", "gain_equal", "gain_optimal_published", "gain_equal_published"):
+        assert sie[key] == pytest.approx(row[key], rel=1e-12), key
+    # the package's number is the linearised ODE minimised over the step size, not L^2
+    assert sie["gain_optimal"] == pytest.approx(row["gain_optimal_closed"], rel=1e-9)
+    assert sie["gain_optimal"] == pytest.approx(3.0) and sie["gain_optimal_published"] == 9.0

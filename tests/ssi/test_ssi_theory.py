@@ -1,4 +1,4 @@
-"""Population risk, derivatives, K, flatness and the spec-6 criteria of theory.ssi.model, checked
+"""Population risk, derivatives, K, flatness and the phase-diagram criteria of theory.ssi, checked
 against closed forms and against independent numerical methods."""
 
 import math
@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from theory.ssi import model as ssi
+from theory import ssi
 from theory.ssi._kernels import attention_jac, attention_scores
+from theory.ssi.targets import positional_weight
 
 SQ2PI = math.sqrt(2 * math.pi)
 
@@ -88,14 +89,16 @@ def test_reduced_gradient_is_directional_derivative():
     assert model.grad(e, m)[1] == pytest.approx(fdm, abs=1e-7)
 
 
-def test_flatness_spec_example_kappa_4_to_2():
+def test_flatness_published_example_kappa_4_to_2():
     tgt = "4/3 + He4(z1) + 2*He4(z2)"
-    k0, H0 = ssi.flatness(ssi.AttentionModel(tgt, 2, pe="none", reduction="trace"))
+    f0 = ssi.flatness(ssi.AttentionModel(tgt, 2, pe="none", reduction="trace"))
+    k0, H0 = f0.kappa, f0.hessian
     assert k0 == 4 and np.all(H0 == 0)
     for norm, sign in (("sqrtL", -1), ("sum", +1)):
-        k, H = ssi.flatness(
+        f = ssi.flatness(
             ssi.AttentionModel(tgt, 2, pe="opposite", reduction="trace", trace_norm=norm)
         )
+        k, H = f.kappa, f.hessian
         assert k == 2
         assert np.sign(H[0, 0]) == sign  # negative e-curvature in the authors' Tr/sqrt(L)
         assert H[1, 1] == 0 and H[0, 1] == 0
@@ -116,7 +119,8 @@ def test_flatness_spec_example_kappa_4_to_2():
     h = 1e-2
     fd = (R0(h) - 2 * R0(0.0) + R0(-h)) / h**2
     model = ssi.AttentionModel(tgt, 2, pe="opposite", reduction="trace", trace_norm="sqrtL")
-    k, H = ssi.flatness(model)
+    f = ssi.flatness(model)
+    k, H = f.kappa, f.hessian
     assert R0(0.0) == pytest.approx(model.risk(0.0, 0.0), abs=1e-7)  # 64^2 vs 200^2 GH
     assert H[0, 0] == pytest.approx(fd, abs=2e-5)  # FD truncation h^2 R4/12 ~ 1e-5
 
@@ -133,17 +137,17 @@ def test_flatness_spec_example_kappa_4_to_2():
     ],
 )
 def test_flatness_examples(model, kappa):
-    assert ssi.flatness(model(), max_order=6)[0] == kappa
+    assert ssi.flatness(model(), max_order=6).kappa == kappa
 
 
 def test_predicted_escape():
     p = ssi.predicted_escape("He2(z1)+He2(z2)+He2(z3)", d=1000)
-    assert p["sie"] == 2 and p["scaling"] == "d log^2 d"
-    assert p["gain_optimal"] == pytest.approx(9.0)
-    assert p["steps_order"] == pytest.approx(1000 * math.log(1000) ** 2)
+    assert p.sie == 2 and p.scaling == "d log^2 d"
+    assert p.gain_optimal_published == pytest.approx(9.0) and p.gain_optimal == pytest.approx(3)
+    assert p.steps_order == pytest.approx(1000 * math.log(1000) ** 2)
     p = ssi.predicted_escape("z1 - z2")
-    assert p["tied_learnable"] is False and p["gain_optimal"] == 0
-    assert ssi.predicted_escape("He3(z1)")["scaling"] == "d^2"
+    assert p.tied_learnable is False and p.gain_optimal == 0
+    assert ssi.predicted_escape("He3(z1)").scaling == "d^2"
 
 
 # --------------------------------------------------------------------------- phase diagram
@@ -152,8 +156,9 @@ def test_predicted_escape():
 def test_pd_criteria_converged_in_nodes():
     c1 = ssi.pd_criteria(0.9, 0.7, n=150)
     c2 = ssi.pd_criteria(0.9, 0.7, n=250)
-    for k in c1:
-        assert float(c1[k]) == pytest.approx(float(c2[k]), abs=1e-8), k
+    keys = ("Ree00", "Rmm00", "Rm01", "Ree01", "Re10", "Rmm10", "curv_sem", "curv_pos")
+    for k in keys + ("dR_pos_minus_sem",):
+        assert float(getattr(c1, k)) == pytest.approx(float(getattr(c2, k)), abs=1e-8), k
 
 
 def test_pd_criteria_match_mehler_tables():
@@ -165,13 +170,13 @@ def test_pd_criteria_match_mehler_tables():
         c = ssi.pd_criteria(a, om)
         A = ssi.positional_matrix(a)
         v00, v01, v10 = (tb.eval(e, m, om, A) for e, m in [(0, 0), (0, 1), (1, 0)])
-        assert v00["Ree"] == pytest.approx(c["Ree00"], abs=2e-6)
-        assert v00["Rmm"] == pytest.approx(c["Rmm00"], abs=2e-6)
-        assert v10["Re"] == pytest.approx(c["Re10"], abs=2e-6)
-        assert v10["Rmm"] == pytest.approx(c["Rmm10"], abs=2e-6)
-        assert v10["R"] - v01["R"] == pytest.approx(c["dR_pos_minus_sem"], abs=5e-6)
-        assert v01["Rm"] == pytest.approx(c["Rm01"], abs=2e-4)
-        assert v01["Ree"] == pytest.approx(c["Ree01"], abs=2e-4)
+        assert v00["Ree"] == pytest.approx(c.Ree00, abs=2e-6)
+        assert v00["Rmm"] == pytest.approx(c.Rmm00, abs=2e-6)
+        assert v10["Re"] == pytest.approx(c.Re10, abs=2e-6)
+        assert v10["Rmm"] == pytest.approx(c.Rmm10, abs=2e-6)
+        assert v10["R"] - v01["R"] == pytest.approx(c.dR_pos_minus_sem, abs=5e-6)
+        assert v01["Rm"] == pytest.approx(c.Rm01, abs=2e-4)
+        assert v01["Ree"] == pytest.approx(c.Ree01, abs=2e-4)
 
 
 def test_pd_symmetry_and_direct_quadrature():
@@ -188,35 +193,35 @@ def test_pd_symmetry_and_direct_quadrature():
 
 def test_boundaries_are_roots_and_flips():
     b = ssi.boundaries(1.0)
-    w = b["omega_steepest_switch"]
+    w = b.omega_steepest_switch
     c = ssi.pd_criteria(1.0, w)
-    assert c["Ree00"] == pytest.approx(c["Rmm00"], abs=1e-12)
-    c = ssi.pd_criteria(1.0, b["omega_global_switch"])
-    assert abs(c["dR_pos_minus_sem"]) < 1e-12
+    assert c.Ree00 == pytest.approx(c.Rmm00, abs=1e-12)
+    c = ssi.pd_criteria(1.0, b.omega_global_switch)
+    assert abs(c.dR_pos_minus_sem) < 1e-12
     # the criteria are affine in omega (R is affine in the target): collinear values
-    v = [float(ssi.pd_criteria(0.9, om)["Re10"]) for om in (0.2, 0.5, 0.8)]
+    v = [float(ssi.pd_criteria(0.9, om).Re10) for om in (0.2, 0.5, 0.8)]
     assert v[1] == pytest.approx(0.5 * (v[0] + v[2]), abs=1e-13)
     # ordering on a = 1 (both minima exist between the two flips)
     assert (
-        b["omega_positional_min_appears"]
-        < b["omega_steepest_switch"]
-        < b["omega_global_switch"]
-        < b["omega_semantic_min_disappears"]
+        b.omega_positional_min_appears
+        < b.omega_steepest_switch
+        < b.omega_global_switch
+        < b.omega_semantic_min_disappears
     )
     eps = 1e-6
     for key, flag in (
         ("omega_positional_min_appears", "positional_min"),
         ("omega_semantic_min_disappears", "semantic_min"),
     ):
-        lo = ssi.pd_booleans(1.0, b[key] - eps)[flag]
-        hi = ssi.pd_booleans(1.0, b[key] + eps)[flag]
+        lo = getattr(ssi.pd_booleans(1.0, getattr(b, key) - eps), flag)
+        hi = getattr(ssi.pd_booleans(1.0, getattr(b, key) + eps), flag)
         assert bool(lo) != bool(hi)
 
 
 def test_global_minimum_is_a_candidate():
     # on a fine grid of the disk the smallest R is (up to the grid) at one of the candidates
     for a, om in [(1.0, 0.67), (1.0, 0.9), (0.8, 0.5)]:
-        eg, mg, R = ssi.landscape(a, om, n_grid=121)
+        R = ssi.landscape(a, om, n_grid=121).risk
         tb = ssi.ps_tables()
         A = ssi.positional_matrix(a)
         best = min(float(tb.eval(0, 1, om, A)["R"]), float(tb.eval(1, 0, om, A)["R"]))
@@ -225,13 +230,13 @@ def test_global_minimum_is_a_candidate():
 
 def test_phase_diagram_regions():
     pdg = ssi.phase_diagram(np.linspace(0.7, 1.0, 7), np.linspace(0.4, 1.0, 13))
-    reg = pdg["region"]
+    reg = pdg.region
     assert reg.shape == (7, 13)
     assert reg[0, 0] == 0  # small a, small omega: unique semantic
     assert reg[-1, -1] == 2  # a = 1, omega = 1: unique positional
     b = ssi.boundaries(1.0)
-    one = ssi.pd_booleans(1.0, 0.5 * (b["omega_steepest_switch"] + b["omega_global_switch"]))
-    assert int(one["region"]) == 4  # both minima, global semantic, steepest positional
+    one = ssi.pd_booleans(1.0, 0.5 * (b.omega_steepest_switch + b.omega_global_switch))
+    assert int(one.region) == 4  # both minima, global semantic, steepest positional
     with pytest.raises(ValueError):
         ssi.boundaries(0.0)
 
@@ -248,7 +253,7 @@ def test_chebyshev_moment_tables_match_direct_sums():
             assert np.allclose(a[k], b[k], rtol=0, atol=1e-7 * np.abs(b[k]).max())
 
 
-def test_spec6_noise_K_mehler_vs_independent_integrals():
+def test_positional_semantic_noise_K_mehler_vs_independent_integrals():
     # at m = 0, xi and z are independent: K = 4 E_z[sum_l D_l^T E_xi[(g - f)(g - f)^T] D_l],
     # a 2-D integral (200^2 GH nodes), computed here without the Mehler tables
     from theory.gauss import gh_rule
@@ -301,7 +306,7 @@ def test_ps_tables_disk_cache_round_trip(tmp_path, monkeypatch):
     ssi.ps_tables.cache_clear()
     try:
         built = ssi.ps_tables(8, 8, 30)
-        assert len(list(tmp_path.glob("ps_tables_*.npz"))) == 1
+        assert len(list(tmp_path.glob("ps_tables-*.npz"))) == 1
         ssi.ps_tables.cache_clear()
         loaded = ssi.ps_tables(8, 8, 30)
         assert "cache" in loaded.params
@@ -322,3 +327,16 @@ def test_ps_fast_point_equals_table_evaluation():
         R, Re, Rm, K = tb.fast_point(e, m, 0.6, A)
         assert (R, Re, Rm) == pytest.approx((v["R"], v["Re"], v["Rm"]), abs=1e-13)
         assert K == pytest.approx(tb.K(e, m, 0.6, A), abs=1e-13)
+
+
+def test_positional_matrix_is_the_row_softmax_of_its_definition():
+    # A_a = softmax_row([[a^2, -a^2], [-a^2, a^2]]): the written-out form must give the same
+    # numbers as the generic row softmax (the simulations and the theory share it)
+    from theory.ssi._kernels import softmax_rows
+
+    a = np.concatenate([np.linspace(0.01, 3.0, 301), [0.76, 1.0]])
+    M = np.stack([np.stack([a * a, -a * a], -1), np.stack([-a * a, a * a], -1)], -2)
+    np.testing.assert_array_equal(ssi.positional_matrix(a), softmax_rows(M))
+    np.testing.assert_array_equal(ssi.positional_matrix(a)[:, 0, 0], positional_weight(a))
+    np.testing.assert_allclose(ssi.positional_matrix(a).sum(axis=-1), 1.0, rtol=0, atol=1e-15)
+    assert ssi.positional_matrix(1.0)[0, 0] == pytest.approx(1 / (1 + math.exp(-2)), rel=1e-15)

@@ -10,8 +10,17 @@ import pytest
 import sympy as sp
 
 from theory.rng import xoshiro_state
+from theory.ssi import (
+    AttentionModel,
+    TiedNetwork,
+    load_results,
+    ps_model,
+    simulate_seeds,
+    simulate_sgd,
+)
+from theory.ssi._kernels import ACTIVATION_CODES as CODES
+from theory.ssi.sgd import _blocknormal as BN
 from theory.ssi.sgd import _kernels as K
-from theory.ssi.sgd.simulate import SimSpec, load_results, simulate_seeds, simulate_sgd
 
 z1, z2 = sp.symbols("z1 z2", real=True)
 
@@ -20,16 +29,16 @@ HEADS = [
     (K.HEAD_MATRIX, 0, 2, 4),
     (K.HEAD_MATRIX, 0, 3, 9),
     (K.HEAD_FUNCTIONAL, 0, 2, 1),
-    (K.HEAD_NETWORK, K.ACTIVATIONS["relu"], 3, 1),
-    (K.HEAD_NETWORK, K.ACTIVATIONS["tanh"], 2, 1),
-    (K.HEAD_NETWORK, K.ACTIVATIONS["he3n"], 2, 1),
-    (K.HEAD_NETWORK, K.ACTIVATIONS["erf"], 2, 1),
-    (K.HEAD_NETWORK, K.ACTIVATIONS["sigmoid"], 2, 1),
+    (K.HEAD_NETWORK, CODES["relu"], 3, 1),
+    (K.HEAD_NETWORK, CODES["tanh"], 2, 1),
+    (K.HEAD_NETWORK, CODES["he3n"], 2, 1),
+    (K.HEAD_NETWORK, CODES["erf"], 2, 1),
+    (K.HEAD_NETWORK, CODES["sigmoid"], 2, 1),
 ]
 
 
-def _loss_numpy(head, z, y, Rm, act):
-    return K.head_grad_numpy(head, z, y, Rm, act)[0]
+def _loss_reference(head, z, y, Rm, act):
+    return K.head_grad_reference(head, z, y, Rm, act)[0]
 
 
 @pytest.mark.parametrize("head,act,L,kout", HEADS)
@@ -41,7 +50,7 @@ def test_head_gradient_matches_finite_differences(head, act, L, kout):
         y = rng.standard_normal(kout)
         work, delta = np.empty((L, L)), np.empty(L)
         loss = K.head_grad(head, z, y, Rm, act, delta, work)
-        loss_np, delta_np = K.head_grad_numpy(head, z, y, Rm, act)
+        loss_np, delta_np = K.head_grad_reference(head, z, y, Rm, act)
         np.testing.assert_allclose(loss, loss_np, rtol=1e-12)
         np.testing.assert_allclose(delta, delta_np, rtol=1e-10, atol=1e-12)
         # central differences: error O(h^2) ~ 1e-10 relative, well inside 1e-6
@@ -49,8 +58,8 @@ def test_head_gradient_matches_finite_differences(head, act, L, kout):
         fd = np.array(
             [
                 (
-                    _loss_numpy(head, z + hstep * np.eye(L)[i], y, Rm, act)
-                    - _loss_numpy(head, z - hstep * np.eye(L)[i], y, Rm, act)
+                    _loss_reference(head, z + hstep * np.eye(L)[i], y, Rm, act)
+                    - _loss_reference(head, z - hstep * np.eye(L)[i], y, Rm, act)
                 )
                 / (2 * hstep)
                 for i in range(L)
@@ -100,7 +109,9 @@ def test_full_kernel_matches_numpy_reference(head, act, L, kout, untied, B):
     h1, l1 = K.full_chunk(
         W1, ustar, Qp, np.ascontiguousarray(B), G, zs, Y, gamma, head, Rm, act, untied, 0.5, C1
     )
-    h2, l2 = K.full_chunk_numpy(W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2)
+    h2, l2 = K.full_chunk_reference(
+        W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2
+    )
     # 30 steps of O(d) sums: round-off grows to ~1e-13; 1e-9 leaves ample margin
     np.testing.assert_allclose(W1, W2, atol=1e-9)
     np.testing.assert_allclose(C1, C2, atol=1e-11)
@@ -147,8 +158,8 @@ def test_one_full_step_against_explicit_gradient():
 
 
 def test_linear_tied_network_recovers_and_reports():
-    spec = SimSpec(kind="tied", L=2, target=("expr", (z1 + z2) / sp.sqrt(2)), activation="linear")
-    r = simulate_sgd(spec, 100, 0.1, 0, n_record=50)
+    model = TiedNetwork((z1 + z2) / sp.sqrt(2), L=2, activation="linear")
+    r = simulate_sgd(model, 100, 0.1, 0, n_record=50)
     assert r.status == "converged"
     assert r.steps_escape is not None and r.steps_escape > 0
     assert r.t_escape == pytest.approx(r.steps_escape * 0.1 / 100)
@@ -159,37 +170,37 @@ def test_linear_tied_network_recovers_and_reports():
 
 
 def test_invalid_inputs_raise_value_error():
-    spec = SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="relu")
+    model = TiedNetwork(z1 * z2, L=2, activation="relu")
     with pytest.raises(ValueError, match="lr"):
-        simulate_sgd(spec, 50, -1.0, 0, steps=10)
+        simulate_sgd(model, 50, -1.0, 0, steps=10)
     with pytest.raises(ValueError, match="too small"):
-        simulate_sgd(spec, 2, 0.1, 0, steps=10)
+        simulate_sgd(model, 2, 0.1, 0, steps=10)
     with pytest.raises(ValueError, match="activation"):
-        simulate_sgd(SimSpec(kind="tied", L=2, target=("expr", z1), activation="nope"), 50, 0.1, 0)
+        simulate_sgd(TiedNetwork(z1, L=2, activation="nope"), 50, 0.1, 0)
     with pytest.raises(ValueError, match="matrix target"):
-        simulate_sgd(SimSpec(kind="attention", L=2, target=("expr", z1)), 50, 0.1, 0)
+        simulate_sgd(AttentionModel(z1, L=2), 50, 0.1, 0)
 
 
 def test_seeds_in_parallel_and_resume(tmp_path):
-    spec = SimSpec(kind="tied", L=2, target=("expr", z1 * z2), activation="square")
+    model = TiedNetwork(z1 * z2, L=2, activation="square")
     out = tmp_path / "runs.jsonl"
     seeds = [1, 2, 3]
     res = simulate_seeds(
-        spec, 30, 0.2, seeds, reduced=True, workers=2, progress=False, out=out, steps=2000
+        model, 30, 0.2, seeds, reduced=True, workers=2, progress=False, store=out, steps=2000
     )
     assert [r.seed for r in res] == seeds
     assert len(out.read_text().splitlines()) == 3
     # same seed -> same trajectory (per-seed determinism, whatever the process)
-    again = simulate_seeds(spec, 30, 0.2, [2], reduced=True, workers=1, progress=False, steps=2000)[
-        0
-    ]
+    again = simulate_seeds(
+        model, 30, 0.2, [2], reduced=True, workers=1, progress=False, steps=2000
+    )[0]
     np.testing.assert_allclose(again.m, res[1].m)
     # resume: nothing re-run, results read back from disk
     loaded = load_results(out)
     assert sorted(loaded) == seeds
     np.testing.assert_allclose(loaded[3].m, res[2].m)
     res2 = simulate_seeds(
-        spec, 30, 0.2, seeds + [4], reduced=True, workers=1, progress=False, out=out, steps=2000
+        model, 30, 0.2, seeds + [4], reduced=True, workers=1, progress=False, store=out, steps=2000
     )
     assert len(out.read_text().splitlines()) == 4
     np.testing.assert_allclose(res2[0].m, res[0].m)
@@ -252,8 +263,6 @@ def test_figures_registry():
 
 
 # ----------------------------------------------------------------- block generator + fast kernel
-
-from theory.ssi.sgd import _blocknormal as BN  # noqa: E402
 
 
 def test_block_ziggurat_tables_are_the_equal_area_ziggurat():
@@ -378,10 +387,10 @@ def test_fast_kernel_matches_the_reference_kernel(head, act, L, kout, untied, B,
 
 
 def test_simulate_sgd_is_reproducible_per_seed():
-    spec = SimSpec(kind="attention", L=2, target=("ps", 0.5, 1.0), pe="opposite")
-    a = simulate_sgd(spec, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
-    b = simulate_sgd(spec, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
-    c = simulate_sgd(spec, 200, 0.05, 4, steps=3000, n_record=10, start="origin")
+    model = ps_model(1.0, 0.5)
+    a = simulate_sgd(model, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
+    b = simulate_sgd(model, 200, 0.05, 3, steps=3000, n_record=10, start="origin")
+    c = simulate_sgd(model, 200, 0.05, 4, steps=3000, n_record=10, start="origin")
     np.testing.assert_array_equal(a.m, b.m)
     np.testing.assert_array_equal(a.e, b.e)
     assert not np.array_equal(a.m, c.m)

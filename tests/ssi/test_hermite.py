@@ -1,4 +1,4 @@
-"""Hermite tensors, SIE and gains (spec sequence-single-index.md sections 4-5).
+"""Hermite tensors, SIE and gains (docs/ssi.md sections 5 and 7).
 
 Independent references: the linearisation formula of Hermite products, Stein's lemma closed
 forms of the Hermite coefficients of relu/|z|/sign/exp/erf, mpmath quadrature for tanh, and a
@@ -18,7 +18,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.ssi.hermite import (
+from theory.ssi import (
     SIEReport,
     analyze,
     hermite_tensors,
@@ -115,7 +115,7 @@ def test_njit_func_matches_numpy():
     np.testing.assert_allclose([f(zz) for zz in z], t.func(z), rtol=1e-13, atol=1e-14)
 
 
-# --------------------------------------------------------------------------- spec table
+# --------------------------------------------------------------------------- worked examples
 
 
 @pytest.mark.parametrize(
@@ -129,13 +129,14 @@ def test_njit_func_matches_numpy():
         ("z1**2 - z2**2", 2, 2, False),
     ],
 )
-def test_spec_table(expr, L, k, learnable):
+def test_worked_examples_table(expr, L, k, learnable):
     rep = analyze(expr)
     assert isinstance(rep, SIEReport)
     assert rep.L == L and rep.sie == k and rep.exact
     assert rep.tied_learnable is learnable
     if not learnable:
         assert rep.tied_contraction == 0 and rep.gain_optimal == 0 and rep.gain_equal == 0
+        assert rep.gain_optimal_published == 0 and rep.gain_equal_published == 0
 
 
 @pytest.mark.parametrize("L", [1, 2, 3, 5])
@@ -143,26 +144,35 @@ def test_sum_he2_gain_L_squared(L):
     rep = analyze(" + ".join(f"He2(z{i + 1})" for i in range(L)))
     np.testing.assert_array_equal(rep.leading_tensor, np.eye(L))  # C_2 = I_L
     assert rep.tied_contraction == L and rep.op_norm == 1.0 and rep.op_norm_exact
-    assert rep.gain_optimal == pytest.approx(L**2) and rep.gain_equal == pytest.approx(L)
+    # published formula L^2 at optimal step sizes; this package (per-row noise K/L): L
+    assert rep.gain_optimal_published == pytest.approx(L**2)
+    assert rep.gain_equal_published == pytest.approx(L)
+    assert rep.gain_optimal == pytest.approx(L) and rep.gain_equal == pytest.approx(L)
     assert rep.even_sie == 2
 
 
 @pytest.mark.parametrize("L", [1, 2, 4])
 def test_sum_z_gain(L):
     rep = analyze(" + ".join(f"z{i + 1}" for i in range(L)))
-    # contraction L, op norm sqrt(L): (sqrt L)^2 * L = L^2 at optimal, sqrt(L) * sqrt(L) = L equal
+    # contraction L, op norm sqrt(L): published (sqrt L)^2 * L = L^2 at optimal, sqrt(L) *
+    # sqrt(L) = L equal; this package: ratio^2 = L at optimal, L^(1/2) ratio = L equal
     assert rep.op_norm == pytest.approx(math.sqrt(L))
-    assert rep.gain_optimal == pytest.approx(L**2) and rep.gain_equal == pytest.approx(L)
+    assert rep.gain_optimal_published == pytest.approx(L**2)
+    assert rep.gain_equal_published == pytest.approx(L)
+    assert rep.gain_optimal == pytest.approx(L) and rep.gain_equal == pytest.approx(L)
     assert rep.even_sie is None  # odd target: attention without PE sees nothing
     assert rep.information_exponent == (1 if L == 1 else None)
 
 
 def test_positional_lowering_example():
-    # spec section 7: 4/3 + He4(z1) + 2 He4(z2): SIE 4, even, C_4 diagonal (1, 2)
+    # the paper's kappa 4 -> 2 example 4/3 + He4(z1) + 2 He4(z2): SIE 4, even, C_4 diagonal (1, 2)
     rep = analyze("4/3 + He4(z1) + 2*He4(z2)")
     assert rep.sie == 4 and rep.even_sie == 4
     assert rep.tied_contraction == 3 and rep.op_norm == 2 and rep.op_norm_exact
-    assert rep.gain_optimal == pytest.approx(9 / 4) and rep.gain_equal == pytest.approx(1.5)
+    assert rep.gain_optimal_published == pytest.approx(9 / 4)
+    assert rep.gain_equal_published == pytest.approx(1.5)
+    # this package: |ratio| L^(1 - k/2) = 1.5 / 2, ratio^2 L^(1 - k) = (9/4) / 8
+    assert rep.gain_equal == pytest.approx(0.75) and rep.gain_optimal == pytest.approx(9 / 32)
 
 
 def test_constant_target():
@@ -187,7 +197,8 @@ def test_even_sie_odd_then_even():
 @pytest.mark.parametrize("j, k", [(1, 1), (2, 3), (3, 3), (4, 2)])
 def test_products_same_variable_linearisation(j, k):
     # He_j He_k = sum_r C(j,r) C(k,r) r! He_{j+k-2r}: a_n for L = 1 is C_n itself
-    Cs, exact = hermite_tensors(f"He{j}(z1)*He{k}(z1)", max_order=j + k)
+    _h = hermite_tensors(f"He{j}(z1)*He{k}(z1)", max_order=j + k)
+    Cs, exact = _h.tensors, _h.exact
     assert exact
     ref = np.zeros(j + k + 1)
     for r in range(min(j, k) + 1):
@@ -198,7 +209,8 @@ def test_products_same_variable_linearisation(j, k):
 
 @pytest.mark.parametrize("a, b", [(1, 2), (2, 2), (3, 1)])
 def test_products_distinct_variables(a, b):
-    Cs, _ = hermite_tensors(f"He{a}(z1)*He{b}(z2)", max_order=a + b)
+    _h = hermite_tensors(f"He{a}(z1)*He{b}(z2)", max_order=a + b)
+    Cs, _ = _h.tensors, _h.exact
     C = Cs[a + b]
     for k, Ck in enumerate(Cs):
         if k != a + b:
@@ -215,7 +227,8 @@ def test_products_distinct_variables(a, b):
 def test_reconstruction_and_parseval_known_poly():
     expr = "z1**3*z2 - 2*z1*z2**2 + z3**4 - z1 + 5"
     t = parse_target(expr)
-    Cs, exact = hermite_tensors(t, max_order=4)
+    _h = hermite_tensors(t, max_order=4)
+    Cs, exact = _h.tensors, _h.exact
     assert exact
     rng = np.random.default_rng(1)
     for z in rng.standard_normal((4, 3)):
@@ -248,8 +261,10 @@ def test_rotation_covariance():
     g = zs[0] ** 2 * zs[1] - 3 * zs[2] ** 3 + zs[0] * zs[2] + sp.hermite_prob(4, zs[1]) + zs[0]
     Rz = R * z
     g_rot = g.xreplace({zs[i]: Rz[i] for i in range(3)})
-    Cs, _ = hermite_tensors(g, max_order=4, L=3)
-    Cr, exact = hermite_tensors(g_rot, max_order=4, L=3)
+    _h = hermite_tensors(g, max_order=4, L=3)
+    Cs, _ = _h.tensors, _h.exact
+    _h = hermite_tensors(g_rot, max_order=4, L=3)
+    Cr, exact = _h.tensors, _h.exact
     assert exact
     Rn = np.array(R.tolist(), dtype=float)
     for k in range(5):
@@ -286,7 +301,8 @@ def test_random_polynomials_parseval_and_projection(data):
     g = sum(c * sp.Mul(*[z**p for z, p in zip(zs, pw)]) for c, pw in terms)
     t = parse_target(g, L=L)
     K = 3 * L
-    Cs, exact = hermite_tensors(t, max_order=K)
+    _h = hermite_tensors(t, max_order=K)
+    Cs, exact = _h.tensors, _h.exact
     assert exact
     # each C_k against a Gauss-Hermite projection E[g He_alpha]/k! (exact: degree <= 3L + 3L)
     n = 3 * L + 1
@@ -308,7 +324,8 @@ def test_random_polynomials_parseval_and_projection(data):
 
 
 def _c1d(expr: str, K: int):
-    Cs, exact = hermite_tensors(expr, max_order=K)
+    _h = hermite_tensors(expr, max_order=K)
+    Cs, exact = _h.tensors, _h.exact
     return np.array([float(np.ravel(C)[0]) for C in Cs]), exact
 
 
@@ -386,12 +403,14 @@ def test_ridge_relu_exact_multivariate():
     rep = analyze("relu(z1 + z2)")
     assert rep.exact and rep.sie == 1
     np.testing.assert_allclose(rep.leading_tensor, [0.5, 0.5], rtol=1e-14)
-    Cs, _ = hermite_tensors("relu(z1 + z2)", max_order=2)
+    _h = hermite_tensors("relu(z1 + z2)", max_order=2)
+    Cs, _ = _h.tensors, _h.exact
     b2 = math.sqrt(2) * PHI0 / 2
     np.testing.assert_allclose(Cs[2], b2 * np.full((2, 2), 0.5), rtol=1e-14)
     # Max(z1, z2) = z1 + relu(z2 - z1): C_1 = (1/2, 1/2);
     # C_2 = sqrt2 phi0/2 * (u u^T), u = (-1, 1)/sqrt2
-    Cs, exact = hermite_tensors("Max(z1, z2)", max_order=2)
+    _h = hermite_tensors("Max(z1, z2)", max_order=2)
+    Cs, exact = _h.tensors, _h.exact
     assert exact
     np.testing.assert_allclose(Cs[1], [0.5, 0.5], rtol=1e-14)
     np.testing.assert_allclose(Cs[2], b2 * np.array([[0.5, -0.5], [-0.5, 0.5]]), rtol=1e-14)
@@ -404,7 +423,8 @@ def test_nonseparable_gauss_hermite_against_mc():
 
     expr = "softmax(1, z1*z1, z1*z2)"
     t = parse_target(expr)
-    Cs, exact = hermite_tensors(t, max_order=2)
+    _h = hermite_tensors(t, max_order=2)
+    Cs, exact = _h.tensors, _h.exact
     assert not exact
     e = expect(
         lambda z: (
@@ -435,16 +455,19 @@ def test_divergent_and_singular_targets():
 def test_op_norm_orders():
     rng = np.random.default_rng(0)
     v = rng.standard_normal(5)
-    assert op_norm(v) == (pytest.approx(np.linalg.norm(v)), True)
+    r = op_norm(v)
+    assert r.value == pytest.approx(np.linalg.norm(v)) and r.exact is True
     M = rng.standard_normal((4, 4))
     M = M + M.T
-    val, ex = op_norm(M)
+    r = op_norm(M)
+    val, ex = r.value, r.exact
     assert ex and val == pytest.approx(np.max(np.abs(np.linalg.eigvalsh(M))))
     # rank-one symmetric tensor lam u^(x)3: op norm |lam|, certified by the unfolding bound
     u = rng.standard_normal(4)
     u /= np.linalg.norm(u)
     T = -2.5 * np.einsum("i,j,k->ijk", u, u, u)
-    val, ex = op_norm(T)
+    r = op_norm(T)
+    val, ex = r.value, r.exact
     assert ex and val == pytest.approx(2.5, rel=1e-12)
 
 
@@ -460,7 +483,7 @@ def test_op_norm_estimate_against_brute_force():
     th = np.linspace(0, 2 * np.pi, 200001)
     U = np.stack([np.cos(th), np.sin(th)], axis=1)
     brute = np.max(np.abs(np.einsum("ijk,ni,nj,nk->n", T, U, U, U)))
-    assert op_norm(T)[0] == pytest.approx(brute, rel=1e-8)
+    assert op_norm(T).value == pytest.approx(brute, rel=1e-8)
 
 
 # --------------------------------------------------------------------------- symbolic vs numeric
@@ -511,7 +534,8 @@ def test_ridge_numeric_matches_gauss_hermite():
     from theory.ssi.hermite import _block_gh
 
     z1, z2 = sp.symbols("z1 z2", real=True)
-    Cs, exact = hermite_tensors(sp.tanh(z1 + 2 * z2), max_order=3, L=2)
+    h = hermite_tensors(sp.tanh(z1 + 2 * z2), max_order=3, L=2)
+    Cs, exact = h.tensors, h.exact
     assert not exact
     d, diff, conv, _ = _block_gh(sp.tanh(z1 + 2 * z2), [z1, z2], 3, 1e-9)
     for alpha, v in d.items():
@@ -523,7 +547,7 @@ def test_ridge_numeric_matches_gauss_hermite():
 
 
 def test_tied_drift_normalisation_identity():
-    # the identity behind tied_contraction and gain_equal_drift: for the tied pre-activation
+    # the identity behind tied_contraction and gain_equal: for the tied pre-activation
     # s = sum_l z_l / sqrt(L), z = m z* + sqrt(1-m^2) eta,
     #   E[g(z*) He_k(s)] = k! m^k L^(-k/2) (C_k x 1)
     # checked by an exact 4-D Gauss-Hermite rule (polynomial integrand) for L = 2
@@ -531,7 +555,7 @@ def test_tied_drift_normalisation_identity():
 
     expr = "He3(z1) - 2*z1*z2**2 + z1*z2 + 0.5*z2"
     t = parse_target(expr)
-    Cs, _ = hermite_tensors(t, max_order=3)
+    Cs = hermite_tensors(t, max_order=3).tensors
     m, L = 0.6, 2
     cov = np.block([[np.eye(2), m * np.eye(2)], [m * np.eye(2), np.eye(2)]])
     he = np.polynomial.hermite_e.hermeval
@@ -544,12 +568,14 @@ def test_tied_drift_normalisation_identity():
 
 def test_gain_drift_fields():
     rep = analyze("He3(z1) + He3(z2) + He3(z3) + He3(z4)")
-    # spec formula: (4/1)^2 and 4; drift ratio L^(1-3/2) * 4 = 2, squared 4
-    assert rep.gain_optimal == pytest.approx(16) and rep.gain_equal == pytest.approx(4)
-    assert rep.gain_equal_drift == pytest.approx(2) and rep.gain_optimal_drift == pytest.approx(4)
+    # published formula: (4/1)^2 and 4; this package: the drift ratio L^(1-3/2) * 4 = 2 at
+    # equal steps and its square divided by L (the untied row's noise K/L) = 1 at optimal steps
+    assert rep.gain_optimal_published == pytest.approx(16)
+    assert rep.gain_equal_published == pytest.approx(4)
+    assert rep.gain_equal == pytest.approx(2) and rep.gain_optimal == pytest.approx(1)
     rep = analyze("He2(z1) + He2(z2) + He2(z3)")
-    assert rep.gain_equal_drift == pytest.approx(rep.gain_equal)
-    assert rep.gain_optimal_drift == pytest.approx(rep.gain_optimal)
+    assert rep.gain_equal == pytest.approx(rep.gain_equal_published)
+    assert rep.gain_optimal == pytest.approx(rep.gain_optimal_published / 3)
 
 
 def test_kinks_of_products_are_exact():
@@ -560,7 +586,8 @@ def test_kinks_of_products_are_exact():
     assert rep.exact and rep.sie == 2
     ref = np.array([[1 / (2 * np.pi), 0.25], [0.25, 1 / (2 * np.pi)]])
     np.testing.assert_allclose(rep.leading_tensor, ref, rtol=1e-14)
-    Cs, exact = hermite_tensors("sign(z1*z2)", max_order=2)
+    _h = hermite_tensors("sign(z1*z2)", max_order=2)
+    Cs, exact = _h.tensors, _h.exact
     assert exact
     np.testing.assert_allclose(Cs[2], [[0, 1 / np.pi], [1 / np.pi, 0]], rtol=1e-14, atol=1e-16)
     assert np.all(Cs[1] == 0) and float(Cs[0]) == 0
@@ -602,7 +629,8 @@ def test_sie_figure_hook(tmp_path):
     out = FIGURES["sie-gains"](tmp_path, True)
     assert all((tmp_path / p).exists() or __import__("os").path.exists(p) for p in out["files"])
     nums = {d["name"]: d["value"] for d in out["numbers"]}
-    assert nums["gain_optimal sum He2 L=6"] == pytest.approx(36)
+    assert nums["gain_optimal sum He2 L=6"] == pytest.approx(6)
+    assert nums["gain_optimal_published sum He2 L=6"] == pytest.approx(36)
     assert nums["gain_optimal z1-z2"] == 0
 
 

@@ -1,5 +1,5 @@
 """Finite-d SGD against theory: a closed-form stationary overlap (tests the (gamma/2) K noise term)
-and the (e, m) ODE of theory.ssi.model at moderate d."""
+and the (e, m) ODE of theory.ssi.ode at moderate d."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from theory.ssi.sgd.reduced import simulate_reduced
-from theory.ssi.sgd.simulate import SimSpec, simulate_seeds, simulate_sgd
+from theory import ssi
+from theory.ssi import TiedNetwork, simulate_reduced, simulate_seeds, simulate_sgd
 
 z1, z2 = sp.symbols("z1 z2", real=True)
-LINEAR = SimSpec(kind="tied", L=2, target=("expr", (z1 + z2) / sp.sqrt(2)), activation="linear")
+LINEAR = TiedNetwork((z1 + z2) / sp.sqrt(2), L=2, activation="linear")
 
 
 @pytest.mark.parametrize("lr,m_star", [(1.5, 0.5), (2.0, 1.0 / 3.0)])
@@ -48,9 +48,8 @@ def test_full_and_reduced_agree_on_the_noise_limited_fixed_point():
 
 def test_ode_matches_sgd_mean_trajectory_tied_relu():
     """Tied ReLU network, SIE-1 target (z1 + z2)/sqrt(2), from m0 = 0.1: the mean SGD overlap at
-    d = 20000 follows the ODE of theory.ssi.model within 4 standard errors plus the O(1/sqrt(d))
+    d = 20000 follows the ODE of theory.ssi.ode within 4 standard errors plus the O(1/sqrt(d))
     finite-size allowance."""
-    ssi = pytest.importorskip("theory.ssi.model")
     model = ssi.TiedNetwork("(z1+z2)/sqrt(2)", L=2, activation="relu")
     d, lr, m0 = 20_000, 0.2, 0.1
     ode = ssi.integrate_ode(model, lr, d, m0=m0, t_max=3.0)
@@ -77,7 +76,6 @@ def test_ode_matches_sgd_mean_trajectory_tied_relu():
 
 def test_ode_escape_time_matches_sgd_for_sie1():
     """Weak-recovery time to eta = 0.5 from m0 = 0.05 (deterministic regime, d = 20000)."""
-    ssi = pytest.importorskip("theory.ssi.model")
     model = ssi.TiedNetwork("(z1+z2)/sqrt(2)", L=2, activation="relu")
     d, lr = 20_000, 0.2
     ode = ssi.integrate_ode(model, lr, d, m0=0.05, eta=0.5)
@@ -104,9 +102,8 @@ def test_ode_escape_time_matches_sgd_for_sie1():
 
 @pytest.mark.slow
 def test_ode_matches_sgd_positional_semantic_attention():
-    """Spec-6 attention model (a = 1, omega = 0.5) from (e, m) = (0.2, 0.3): mean SGD (e, m) at
-    d = 20000 vs the ODE."""
-    ssi = pytest.importorskip("theory.ssi.model")
+    """Positional-semantic attention model (a = 1, omega = 0.5) from (e, m) = (0.2, 0.3): mean SGD
+    (e, m) at d = 20000 vs the ODE."""
     model = ssi.ps_model(1.0, 0.5)
     d, lr = 20_000, 0.05
     ode = ssi.integrate_ode(model, lr, d, m0=0.3, e0=0.2, t_max=5.0)
@@ -137,10 +134,8 @@ def test_equal_step_gain_matches_hermite_prediction():
     """Tied vs untied ReLU networks on sum_l z_l / sqrt(L) at equal gamma: gain = L (from
     theory.ssi.hermite: |contraction / op norm| sqrt(L)).  SIE 1 escape is nearly deterministic, so
     4 SE of 16 seeds plus a 10 % allowance for finite d = 400 and the threshold eta = 0.5."""
-    from theory.ssi.gain import gain_curve
-
-    rows = gain_curve("sum_z", [1, 3], simulate=True, d=400, lr=0.1, seeds=16, workers=1)
-    for r in rows:
+    curve = ssi.gain_curve("sum_z", [1, 3], simulate=True, d=400, lr=0.1, seeds=16, workers=1)
+    for r in curve.rows:
         assert r["gain_predicted"] == pytest.approx(r["L"])
         assert (
             abs(r["gain_sim"] - r["gain_predicted"])

@@ -1,0 +1,178 @@
+r"""The d -> infinity ODE of one-pass spherical SGD for the order parameters (e, m):
+the right-hand side :func:`rhs` (docs/ssi.md eqs. 18-20) and its integration
+:func:`integrate_ode`.
+
+With t = gamma nu / d (nu the SGD step count), K = E sum_l (dl/dz_l)^2 (the squared-gradient
+noise term, eq. 19) and reduced encoding coordinates c (e = B c):
+
+    dm/dt = -dR/dm + m (m dR/dm + c . grad_c R) - (gamma/2) K m,
+    dc/dt = -grad_c R + c (m dR/dm + c . grad_c R) - (gamma/2) K c,
+
+and, for the untied network with each row on its own sphere,
+
+    dm_l/dt = -(1 - m_l^2) dR/dm_l - (gamma/2) K_l m_l,   K_l = E (dl/dz_l)^2.
+
+The published text prints the drift with the opposite sign and the noise term with gamma instead
+of gamma/2 (docs/ssi.md section 10); the form above is derived in docs/ssi.md section 4 and
+checked against SGD in the tests (closed-form stationary overlap m* = 1/(2 gamma - 1) of the
+linear network).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from theory._util import check_positive
+from theory.solve.ode import integrate_log_time
+from theory.ssi.risk import SSIModel, UntiedNetwork
+from theory.ssi.trajectory import Trajectory, classify_minimum
+
+__all__ = ["ODEResult", "rhs", "integrate_ode"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ODEResult(Trajectory):
+    """(e, m) trajectory of the d -> infinity ODE on log-spaced times (fields: see
+    :class:`theory.ssi.trajectory.Trajectory`; ``risk`` is the population risk).
+    ``metadata``: the engine, the number of right-hand-side evaluations ``n_rhs`` and the final
+    time ``t_final``."""
+
+
+def rhs(model: SSIModel, y: np.ndarray, lr: float) -> np.ndarray:
+    """The right-hand side dy/dt of the ODE (docs/ssi.md eqs. 18-20) at the state y = (c_1..c_r,
+    m) (untied network: y = (m_1..m_L)), step size ``lr``."""
+    r = model.r
+    c = y[:r]
+    if model.untied:
+        mv = np.clip(y, -1, 1)
+        q = model._raw(np.zeros(model.L), mv)
+        return -(1 - mv**2) * q["dRdm"] - 0.5 * lr * q["K"] * mv
+    m = float(np.clip(y[r], -1, 1))
+    q = model._raw(model.B @ c, np.full(model.L, m))
+    gc = model.B.T @ q["dRde"]
+    gm = float(np.sum(q["dRdm"]))
+    K = float(np.sum(q["K"]))
+    common = m * gm + float(c @ gc)
+    dc = -gc + c * common - 0.5 * lr * K * c
+    dm = -gm + m * common - 0.5 * lr * K * m
+    return np.concatenate([dc, [dm]])
+
+
+def integrate_ode(
+    model: SSIModel,
+    lr: float,
+    d: float,
+    m0: float | np.ndarray | None = None,
+    e0: float | np.ndarray | None = None,
+    eta: float | None = None,
+    t_max: float | None = None,
+    n_out: int = 200,
+    rtol: float = 1e-8,
+    atol: float = 1e-14,
+) -> ODEResult:
+    """Integrate the (e, m) ODE (:func:`rhs`, docs/ssi.md eq. 18) from (e0, m0).
+
+    Defaults: m0 = 1/sqrt(d) (every row for the untied network), e0 = 1/sqrt(d) in every reduced
+    coordinate, eta = 2/sqrt(d).  ``t_max=None`` integrates until stationary (|dy/dt| t below
+    1e-9 after escape, or the state collapsed to 1e-3 of its start, or exactly no drift).
+    Times are reported as t and as SGD steps nu = t d / lr.
+    """
+    if isinstance(model, UntiedNetwork) and model.normalisation == "flat":
+        raise ValueError(
+            "the flattened untied network has no ODE in this package (its rows' norms are extra "
+            "order parameters); use UntiedNetwork(..., normalisation='rows'), whose ODE it "
+            "shares near m = 0 (docs/_findings_ssi.md)"
+        )
+    lr = check_positive("lr", lr, strict=False)
+    d = check_positive("d", d)
+    m0 = 1 / math.sqrt(d) if m0 is None else m0
+    eta = 2 / math.sqrt(d) if eta is None else check_positive("eta", eta)
+    L = model.L
+    if model.untied:
+        y0 = np.atleast_1d(np.asarray(m0, dtype=float)).ravel()
+        if y0.size == 1:
+            y0 = np.full(L, float(y0[0]))
+        if y0.size != L:
+            raise ValueError(f"m0 must be a scalar or have L = {L} entries")
+        norm = lambda y: float(np.linalg.norm(y)) / math.sqrt(L)
+    else:
+        if model.r:
+            c0 = np.atleast_1d(np.asarray(1 / math.sqrt(d) if e0 is None else e0, float)).ravel()
+            if c0.size == 1:
+                c0 = np.full(model.r, float(c0[0]))
+        else:
+            c0 = np.zeros(0)
+        y0 = np.concatenate([c0, [float(m0)]])
+        norm = lambda y: float(np.linalg.norm(y))
+    if norm(y0) > 1 + 1e-12:
+        raise ValueError("the initial point must satisfy ||(e, m)|| <= 1")
+    n0 = norm(y0)
+
+    def fun(t, y):
+        return rhs(model, y, lr)
+
+    def stop(t, y, dy, escaped):
+        ny = norm(y)
+        speed = float(np.linalg.norm(dy))
+        if speed == 0.0:
+            return True
+        if escaped:
+            return speed * t <= 1e-9 * max(ny, 1e-300)
+        return ny <= 1e-3 * n0
+
+    sol = integrate_log_time(
+        fun,
+        y0,
+        t_first=max(lr, 1e-12) / d,
+        t_max=t_max,
+        event=lambda y: norm(y) - eta,
+        stop=stop,
+        n_out=n_out,
+        rtol=rtol,
+        atol=atol,
+    )
+    Y = sol.y
+    if model.untied:
+        m_rows = Y
+        m = np.linalg.norm(Y, axis=1) / math.sqrt(L)
+        e = np.zeros(len(Y))
+        final_e, final_m = 0.0, float(np.linalg.norm(sol.y_final) / math.sqrt(L))
+        risk = np.array([model.risk(None, np.clip(row, -1, 1)) for row in Y])
+        minimum = "semantic" if final_m > 0.5 else "other"
+    else:
+        m_rows = None
+        m = Y[:, -1]
+        e = Y[:, 0] if model.r == 1 else (Y[:, :-1] if model.r > 1 else np.zeros(len(Y)))
+        fe = sol.y_final[:-1]
+        final_e = float(fe[0]) if model.r == 1 else (fe.tolist() if model.r > 1 else 0.0)
+        final_m = float(sol.y_final[-1])
+        risk = np.array(
+            [model.risk(row[:-1] if model.r else None, np.clip(row[-1], -1, 1)) for row in Y]
+        )
+        minimum = classify_minimum(fe, final_m)
+    if sol.status != "converged":
+        minimum = "other" if sol.status == "nan" else minimum
+    te = sol.t_event
+    return ODEResult(
+        t=sol.t,
+        steps=sol.t * d / lr if lr > 0 else np.full_like(sol.t, np.inf),
+        e=e,
+        m=m,
+        m_rows=m_rows,
+        risk=risk,
+        t_escape=te,
+        steps_escape=(te * d / lr if (te is not None and lr > 0) else None),
+        final_e=final_e,
+        final_m=final_m,
+        minimum=minimum,
+        lr=lr,
+        d=d,
+        eta=eta,
+        status=sol.status,
+        message=sol.message,
+        params=dict(model=model.key(), lr=lr, d=d, m0=m0, e0=e0, eta=eta),
+        metadata=dict(engine=model.engine, n_rhs=sol.n_rhs, t_final=sol.t_final),
+    )

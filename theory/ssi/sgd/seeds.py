@@ -1,0 +1,143 @@
+"""Many SGD runs, one per seed, in processes, kept in a :class:`theory.store.Store`.
+
+A list of seeds is a protocol: each run is identified by its seed and its parameters, stored as
+soon as it finishes (one JSON line, fsync'd) and not run again, so an interrupted sweep resumes
+from what is on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from theory.rng import as_rng, seed_int
+from theory.ssi.risk import SSIModel
+from theory.ssi.sgd.driver import SGDResult
+from theory.ssi.sgd.full import simulate_sgd
+from theory.ssi.sgd.reduced import simulate_reduced
+from theory.store import Store
+
+__all__ = ["simulate_seeds", "load_results", "seeds_from"]
+
+
+def _job(args):
+    model, d, lr, seed, reduced, kw = args
+    f = simulate_reduced if reduced else simulate_sgd
+    return seed, f(model, d, lr, seed, **kw)
+
+
+def _result_from_row(row: dict) -> SGDResult:
+    # a stored row holds its key's fields too (theory.store.Store): keep the result's own
+    fields = {f.name for f in dataclasses.fields(SGDResult)} - {"history"}
+    row = {k: v for k, v in row.items() if k in fields}
+    for key in ("t", "e", "m", "risk", "m_rows"):
+        if row.get(key) is not None:
+            row[key] = np.array(row[key], dtype=float)  # JSON null (a NaN) -> NaN
+    if row.get("steps") is not None:
+        row["steps"] = np.asarray(row["steps"], dtype=np.int64)
+    return SGDResult(**row)
+
+
+def _as_store(store) -> Store | None:
+    if store is None or isinstance(store, Store):
+        return store
+    return Store(store)
+
+
+def _key(model, d, lr, seed, reduced, kw) -> dict:
+    return dict(
+        model=model.key(),
+        d=int(d),
+        lr=float(lr),
+        seed=int(seed),
+        backend="reduced" if reduced else "full",
+        **{k: kw[k] for k in sorted(kw)},
+    )
+
+
+def load_results(store: Store | str | Path) -> dict[int, SGDResult]:
+    """The runs kept in a store written by :func:`simulate_seeds` (a :class:`theory.store.Store`
+    or its path) -> {seed: SGDResult} (the last run per seed: meant for a store that holds one
+    configuration)."""
+    if not isinstance(store, Store) and not Path(store).exists():
+        return {}
+    out = {}
+    for row in _as_store(store).rows():
+        res = _result_from_row(row)
+        out[res.seed] = res
+    return out
+
+
+def simulate_seeds(
+    model: SSIModel,
+    d: int,
+    lr: float,
+    seeds: Iterable[int],
+    *,
+    reduced: bool = False,
+    workers: int | None = None,
+    progress: bool = True,
+    store: Store | str | Path | None = None,
+    **kwargs: Any,
+) -> list[SGDResult]:
+    """Run :func:`theory.ssi.simulate_sgd` (or the exact reduced chain with ``reduced=True``)
+    for every seed.
+
+    seeds: iterable of ints.  workers: processes (None -> number of CPUs, capped by the number
+    of seeds; 0 or 1 -> in this process).  progress: tqdm bar.  store: a
+    :class:`theory.store.Store` or the path of its JSON-lines file; each finished run is stored
+    at once under (model, d, lr, seed, backend, keyword arguments) and runs already there are
+    read back instead of run.  Other keyword arguments go to the simulator.  Returns the results
+    in the order of ``seeds``.
+    """
+    from tqdm.auto import tqdm
+
+    seeds = [int(s) for s in seeds]
+    store = _as_store(store)
+    results = {}
+    if store is not None:
+        for s in seeds:
+            row = store.get(_key(model, d, lr, s, reduced, kwargs))
+            if row is not None:
+                results[s] = _result_from_row(row)
+    todo = [s for s in dict.fromkeys(seeds) if s not in results]
+    if workers is None:
+        workers = min(len(todo), os.cpu_count() or 1)
+    bar = tqdm(
+        total=len(seeds),
+        initial=len(seeds) - len(todo),
+        disable=not progress,
+        desc=f"SGD seeds (d={d})",
+        leave=False,
+    )
+
+    def _store(seed, res):
+        results[seed] = res
+        if store is not None:
+            store.put(_key(model, d, lr, seed, reduced, kwargs), res.to_dict())
+        bar.update(1)
+
+    try:
+        if workers <= 1 or len(todo) <= 1:
+            for s in todo:
+                _store(*_job((model, d, lr, s, reduced, kwargs)))
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as ex:
+                futs = [ex.submit(_job, (model, d, lr, s, reduced, kwargs)) for s in todo]
+                for f in as_completed(futs):
+                    _store(*f.result())
+    finally:
+        bar.close()
+    return [results[s] for s in seeds]
+
+
+def seeds_from(rng: int | np.random.Generator, n: int) -> list[int]:
+    """n independent integer seeds drawn from ``rng``."""
+    g = as_rng(rng)
+    return [seed_int(g) for _ in range(int(n))]

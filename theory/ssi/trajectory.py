@@ -1,0 +1,63 @@
+"""The result of a trajectory of (e, m), shared by the ODE and both SGD simulators.
+
+Theory (:func:`theory.ssi.integrate_ode`) and simulation (:func:`theory.ssi.simulate_sgd`,
+``simulate_reduced``, ``simulate_seeds``) return subclasses of :class:`Trajectory` with the same
+field names, so a theory curve overlays simulation points in one call
+(:func:`theory.plotting.overlay`).  Time is t = gamma nu / d, nu the SGD step count
+(docs/ssi.md eq. 17).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from theory.results import Result
+
+__all__ = ["Trajectory", "classify_minimum"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trajectory(Result):
+    """(e, m) along a trajectory.
+
+    ``t`` (T,) time gamma nu / d; ``steps`` (T,) SGD steps nu = t d / gamma; ``m`` (T,) the
+    overlap (untied network: m_untied = ||(m_1..m_L)|| / sqrt(L)); ``m_rows`` (T, L) the row
+    overlaps of the untied network (None otherwise); ``e`` the encoding overlap in reduced
+    coordinates (T,) for an encoding of rank <= 1 (zeros without encoding), else (T, r);
+    ``risk`` (T,): the population risk (ODE) or the mean sample loss since the previous record
+    (SGD, NaN at step 0).  ``t_escape`` / ``steps_escape``: weak recovery, the first time
+    ||(e, m)|| >= eta (untied: m_untied >= eta), None if never.  ``final_e``, ``final_m``: the
+    last point; ``minimum``: :func:`classify_minimum` of it.  ``lr``, ``d``, ``eta``: the step
+    size, dimension and recovery threshold.
+    """
+
+    t: np.ndarray = field(default=None, repr=False)
+    steps: np.ndarray = field(default=None, repr=False)
+    e: np.ndarray = field(default=None, repr=False)
+    m: np.ndarray = field(default=None, repr=False)
+    m_rows: np.ndarray | None = field(default=None, repr=False)
+    risk: np.ndarray | None = field(default=None, repr=False)
+    t_escape: float | None = None
+    steps_escape: float | None = None
+    final_e: Any = None
+    final_m: float | None = None
+    minimum: str = "other"
+    lr: float = 0.0
+    d: float = 0.0
+    eta: float = 0.0
+
+
+def classify_minimum(e: float | np.ndarray, m: float) -> str:
+    """Which minimum a final point (e, m) sits in: "semantic" within 15 degrees of the m axis,
+    "positional" within 15 degrees of the e axis (each with ||(e, m)|| >= 0.5), else "other"
+    (also for a non-finite point)."""
+    en = float(np.linalg.norm(np.atleast_1d(np.asarray(e, dtype=float))))
+    mm = abs(float(m))
+    if not np.isfinite(en + mm) or math.hypot(en, mm) < 0.5:
+        return "other"
+    ang = math.degrees(math.atan2(en, mm))
+    return "semantic" if ang < 15 else ("positional" if ang > 75 else "other")
