@@ -76,18 +76,20 @@ def main():
     ap.add_argument("--solver", action="store_true")
     ap.add_argument("--subset", type=int, default=400, help="baseline nodes (default 400)")
     args = ap.parse_args()
+    from theory import attention as A
     from theory.attention import _kernels as K
-    from theory.attention import model as ps
+    from theory.attention import quadrature as Qd
+    from theory.attention import state_equations as SE
 
-    p = ps.ERMParams(omega=0.3)
+    p = A.ERMParams(omega=0.3)
     print(f"# load average at start: {os.getloadavg()}")
     q, m, V, alpha = 0.0511, 0.2582, 11.37, 2.0  # positional fixed point at α = 2 (split rule)
-    rule = ps.make_rule("gh", 10)
-    ps.channel(q, m, 0.0, V, p, ps.make_rule("gh", 2))  # compile
+    rule = A.make_rule("gh", 10)
+    SE.channel(q, m, 0.0, V, p, A.make_rule("gh", 2))  # compile
     t0 = time.perf_counter()
     reps = 3
     for _ in range(reps):
-        ch = ps.channel(q, m, 0.0, V, p, rule)
+        ch = SE.channel(q, m, 0.0, V, p, rule)
     t_nb = (time.perf_counter() - t0) / reps
     n = rule.n_points
     rng = np.random.default_rng(0)
@@ -100,13 +102,13 @@ def main():
     print(f"  scipy per node     : {t_bl:.1f} s (extrapolated from {len(idx)} nodes)")
     print(f"  ratio              : {t_bl / t_nb:.0f}x")
     # sanity: the two give the same hats on the subset (same starts, same global minimum)
-    sub = ps.Rule(
+    sub = Qd.Rule(
         "gh",
         0,
         np.ascontiguousarray(rule.nodes[idx[:50]]),
         np.ascontiguousarray(rule.weights[idx[:50]]),
     )
-    chs = ps.channel(q, m, 0.0, V, p, sub)
+    chs = SE.channel(q, m, 0.0, V, p, sub)
     blq, blm, blV = baseline_map(sub.nodes, sub.weights, q, m, 0.0, V, p, alpha)
     w = sub.weights.sum()
     print(f"  check on 50 nodes: qhat numba {alpha * chs['g2']:.10f} scipy {blq / w:.10f}")
@@ -118,16 +120,16 @@ def main():
         return out, time.perf_counter() - t0, time.process_time() - c0
 
     for b in ("positional", "semantic"):
-        r, dt, cpu = timed(lambda b=b: ps.fixed_point(2.0, p, b))
+        r, dt, cpu = timed(lambda b=b: A.fixed_point(2.0, p, b))
         print(
-            f"fixed point {b:10s} α=2 ω=0.3 (split {ps.SPLIT_DEFAULT}): {dt:.2f} s wall "
+            f"fixed point {b:10s} α=2 ω=0.3 (split {Qd.SPLIT_DEFAULT}): {dt:.2f} s wall "
             f"({cpu:.2f} s cpu), {r.iterations} map evaluations, status {r.status}, "
             f"q={r.q:.7f} m={r.m:.7f} θ={r.theta:.7f} V={r.V:.6f} ε_t={r.eps_t:.8f} "
             f"ε_g={r.eps_g:.8f}"
         )
     if args.curve:
         res, dt, cpu = timed(
-            lambda: ps.curve(np.linspace(0.5, 4.0, 20), p, ("semantic", "positional"))
+            lambda: A.curve(np.linspace(0.5, 4.0, 20), p, ("semantic", "positional"))
         )
         ok = sum(r.converged for r in res)
         print(
@@ -135,7 +137,8 @@ def main():
             f"{ok}/{len(res)} converged (the semantic branch does not exist at the smallest α)"
         )
     if args.alpha_c:
-        rows, dt, cpu = timed(lambda: ps.phase_diagram(np.linspace(0.1, 0.5, 9), p))
+        res, dt, cpu = timed(lambda: A.phase_diagram(np.linspace(0.1, 0.5, 9), p))
+        rows = res.rows()
         print(f"alpha_c(omega), alpha_l(omega) for 9 omegas: {dt:.1f} s wall ({cpu:.1f} s cpu)")
         for r in rows:
             print(
@@ -144,15 +147,15 @@ def main():
             )
     if args.convergence:
         rules = [
-            ("default", ps.make_rule()),
-            ("trap h=0.45, 20/24/4", ps.make_rule("split", h=0.45, n_r=20, n_phi=24)),
-            ("trap h=0.35, 24/32/6", ps.make_rule("split", h=0.35, n_r=24, n_phi=32, n_arc=6)),
-            ("old default: GH 10, 16/24/4", ps.make_rule("split", 10, n_r=16, n_phi=24)),
+            ("default", A.make_rule()),
+            ("trap h=0.45, 20/24/4", A.make_rule("split", h=0.45, n_r=20, n_phi=24)),
+            ("trap h=0.35, 24/32/6", A.make_rule("split", h=0.35, n_r=24, n_phi=32, n_arc=6)),
+            ("old default: GH 10, 16/24/4", A.make_rule("split", 10, n_r=16, n_phi=24)),
         ]
         keys = ("q", "m", "theta", "V", "eps_t", "eps_g")
         for a in (2.0, 1.25):
             for b in ("positional", "semantic"):
-                res = {name: ps.fixed_point(a, p, b, rule=rl, tol=1e-8) for name, rl in rules}
+                res = {name: A.fixed_point(a, p, b, rule=rl, tol=1e-8) for name, rl in rules}
                 ref = res["trap h=0.35, 24/32/6"]
                 print(
                     f"α={a} {b}: reference (finest) "
@@ -169,19 +172,19 @@ def main():
                         + " ".join(f"{k}={getattr(r, k):.8g}" for k in keys)
                     )
     if args.solver:
-        solver_study(ps, p)
+        solver_study(p)
     print(f"# load average at end: {os.getloadavg()}")
 
 
-def _fd_jacobian(ps, p, rule, keys, x0, alpha=2.0, h=1e-4):
+def _fd_jacobian(p, rule, keys, x0, alpha=2.0, h=1e-4):
     """Jacobian of G(x) = (F(x) - x) / x0 (the state-equation map at α on ``rule``, variables
     ``keys``) by forward differences with relative step h."""
 
+    from theory.attention import state_equations as SE
+
     def G(x):
         o = dict(dict(m=0.0, theta=0.0), q=x[0], V=x[1], **{keys[2]: x[2]})
-        ch = ps.channel(o["q"], o["m"], o["theta"], o["V"], p, rule)
-        hats = ps.hats_from_channel(alpha, o["q"], o["m"], o["theta"], o["V"], ch, p)
-        new = ps.overlaps_from_hats(hats["qhat"], hats["mhat"], hats["thetahat"], hats["Vhat"], p)
+        new = SE.state_map(alpha, o, p, rule)[0]
         return (np.array([abs(new[k]) for k in keys]) - x) / x0
 
     g0 = G(x0)
@@ -193,13 +196,17 @@ def _fd_jacobian(ps, p, rule, keys, x0, alpha=2.0, h=1e-4):
     return np.array(cols).T
 
 
-def solver_study(ps, p):
+def solver_study(p):
     """Item 4 of the module docstring."""
-    acc, cheap = ps.make_rule(), ps.coarse_rule()
+    from theory import attention as A
+    from theory.attention import quadrature as Qd
+    from theory.attention import state_equations as SE
+
+    acc, cheap = A.make_rule(), Qd.coarse_rule()
     print("cheap-rule fixed point minus accurate one, relative (positional branch, tol 1e-8):")
     for a in np.linspace(1.6, 2.4, 5):
         ra, rc = (
-            ps.fixed_point(a, p, "positional", rule=rl, coarse=False, tol=1e-8)
+            A.fixed_point(a, p, "positional", rule=rl, coarse=False, tol=1e-8)
             for rl in (acc, cheap)
         )
         print(
@@ -207,24 +214,25 @@ def solver_study(ps, p):
             f"V {rc.V / ra.V - 1:+.1e}"
         )
     for b, keys in (("positional", ("q", "V", "m")), ("semantic", ("q", "V", "theta"))):
-        r = ps.fixed_point(2.0, p, b, tol=1e-8)
+        r = A.fixed_point(2.0, p, b, tol=1e-8)
         x0 = np.array([getattr(r, k) for k in keys])
-        Ja, Jc = (_fd_jacobian(ps, p, rl, keys, x0) for rl in (acc, cheap))
+        Ja, Jc = (_fd_jacobian(p, rl, keys, x0) for rl in (acc, cheap))
         kappa = max(abs(np.linalg.eigvals(np.linalg.solve(Jc, Ja - Jc))))
         print(f"contraction factor at the {b} fixed point, α = 2: {kappa:.4f}")
+    # every channel evaluation goes through quadrature.integrate_channel: count them by rule
     counts = {}
-    orig = ps.channel
+    orig = SE.integrate_channel
 
-    def counting(q, m, th, V, pp, rule, **kw):
+    def counting(rule, *args, **kw):
         key = "accurate" if rule.n_points == acc.n_points else "cheap"
         counts[key] = counts.get(key, 0) + 1
-        return orig(q, m, th, V, pp, rule, **kw)
+        return orig(rule, *args, **kw)
 
-    ps.channel = counting
+    SE.integrate_channel = counting
     try:
-        ps.curve(np.linspace(0.5, 4.0, 20), p)
+        A.curve(np.linspace(0.5, 4.0, 20), p)
     finally:
-        ps.channel = orig
+        SE.integrate_channel = orig
     print(f"20-point curve map evaluations: {counts}")
 
 

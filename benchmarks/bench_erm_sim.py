@@ -17,6 +17,10 @@ import time
 
 import numpy as np
 
+from theory.attention.params import ERMParams
+
+P03 = ERMParams(omega=0.3)
+
 
 def naive_risk_grad(Q, X, Y, lam):
     n, L, d = X.shape
@@ -52,11 +56,13 @@ def main(argv=None):
         help="also the GAMP-vs-state-evolution d-scaling (several minutes)",
     )
     args = ap.parse_args(argv)
-    from theory.attention.finite_d.gamp import _phi, prox, run_gamp
-    from theory.attention.finite_d.gd import make_problem, risk, simulate_gd
+    from theory import attention as A
+    from theory.attention.channel import sample_loss
+    from theory.attention.finite_d.problem import make_problem, risk
+    from theory.attention.proximal import prox_rows as prox
 
     d, alpha = args.d, args.alpha
-    pb = make_problem(alpha, 0.3, d, 0, keep_targets=True, n_test=10_000)
+    pb = make_problem(alpha, P03, d, 0, keep_targets=True, n_test=10_000)
     Q = pb.teacher.qstar.copy()
     n = pb.train.n
     L1, g1 = risk(Q, pb.train, 0.01)
@@ -72,9 +78,7 @@ def main(argv=None):
     for init in ("semantic", "positional"):
         for method, steps in (("nesterov", 3000), ("bb", 3000), ("lbfgs", 3000), ("gd", 3000)):
             t = time.perf_counter()
-            r = simulate_gd(
-                alpha, 0.3, d, init, 0, method=method, steps=steps, tol=1e-7, problem=pb
-            )
+            r = A.simulate_gd(alpha, init=init, method=method, steps=steps, tol=1e-7, problem=pb)
             print(
                 f"{init:>10} {method:>8}: {time.perf_counter() - t:6.2f} s  {r.status:>9} "
                 f"{r.iterations:5d} it  RMS grad {r.grad_rms:.1e}  eps_t {r.eps_t:.8f}  "
@@ -83,7 +87,7 @@ def main(argv=None):
                 flush=True,
             )
     t = time.perf_counter()
-    r = run_gamp(alpha, 0.3, d, "semantic", 0, problem=pb, mixing=0.5, V0=10.0, tol=1e-7)
+    r = A.run_gamp(alpha, init="semantic", problem=pb, mixing=0.5, V0=10.0, tol=1e-7)
     dt = time.perf_counter() - t
     print(
         f"GAMP (exact channel): {dt:.2f} s, {r.iterations} iterations "
@@ -99,14 +103,16 @@ def main(argv=None):
     V = np.full(m, 10.0)
     kap = np.full(m, 0.25)
     a, b = rng.uniform(0.3, 0.9, m), rng.uniform(0.3, 0.9, m)
-    t_p = best_of(lambda: prox(w, V, kap, a, b), reps=3)
+    for _ in range(3):  # compile, and start numba's thread pool
+        prox(w, V, kap, a, b)
+    t_p = best_of(lambda: prox(w, V, kap, a, b), reps=5)
     ours = prox(w, V, kap, a, b)
 
     def scipy_all():
         out = np.empty(m)
         for i in range(m):
             f = lambda x, i=i: (
-                ((x - w[i]) ** 2).sum() / (2 * V[i]) + _phi(x[None], kap[i], a[i], b[i])[0]
+                ((x - w[i]) ** 2).sum() / (2 * V[i]) + sample_loss(x[None], kap[i], a[i], b[i])[0]
             )
             out[i] = min(minimize(f, x0, method="BFGS").fun for x0 in (w[i], np.zeros(2)))
         return out
@@ -130,10 +136,10 @@ def main(argv=None):
 
 
 def bench_state_evolution():
-    from theory.attention.finite_d.gamp import large_d_gram, state_evolution
+    from theory.attention.finite_d.state_evolution import large_d_gram, state_evolution
 
     t = time.perf_counter()
-    state_evolution(2.0, 0.3, 10, gram=large_d_gram("semantic"), n_pop=100_000)
+    state_evolution(2.0, P03, 10, gram=large_d_gram("semantic"), n_pop=100_000)
     dt = time.perf_counter() - t
     print(
         f"two-time state evolution, n_pop = 1e5, 10 iterations: {dt:.1f} s "
@@ -145,13 +151,14 @@ def tracking_table(
     init, divergence, ds, seeds, *, m0=0.2, V0=10.0, T=30, n_pop=200_000, mixing=0.3
 ):
     """RMS over seeds of GAMP - SE per iteration; print the worst iteration per d."""
-    from theory.attention.finite_d.gamp import large_d_gram, run_gamp, state_evolution
-    from theory.attention.finite_d.gd import make_problem
+    from theory.attention.finite_d.gamp import run_gamp
+    from theory.attention.finite_d.problem import make_problem
+    from theory.attention.finite_d.state_evolution import large_d_gram, state_evolution
 
     t = time.perf_counter()
     se = state_evolution(
         2.0,
-        0.3,
+        P03,
         T,
         gram=large_d_gram(init, m0=m0),
         V0=V0,
@@ -174,14 +181,11 @@ def tracking_table(
     for d in ds:
         dev = []
         for seed in range(seeds):
-            pb = make_problem(2.0, 0.3, d, seed, n_test=2)
+            pb = make_problem(2.0, P03, d, seed, n_test=2)
             Q0 = np.full(d, m0) if init == "positional" else None
             h = run_gamp(
                 2.0,
-                0.3,
-                d,
-                init,
-                seed,
+                init=init,
                 problem=pb,
                 mixing=mixing,
                 max_iter=T,
@@ -207,6 +211,7 @@ def tracking_table(
 # ------------------------------------------------------------------ positional branch, issue 3
 
 POS = dict(alpha=2.0, omega=0.3, m0=0.26, V0=11.0, mixing=0.15)
+P_POS = ERMParams(omega=POS["omega"])
 
 
 def divergence_table(
@@ -216,12 +221,13 @@ def divergence_table(
     omega = 0.3): a synthetic population of the large-d channel (w = s m + sqrt(q) xi, h* =
     sigma eta, theta = 0 on this branch).  Bias from one population of n_big, relative error
     at GAMP's sample sizes n from `reps` independent populations."""
-    from theory.attention import model as ps
-    from theory.attention.finite_d.gamp import fd_divergence, prox, stein_hats
+    from theory import attention as A
+    from theory.attention.finite_d.gamp import fd_divergence, stein_hats
+    from theory.attention.proximal import prox_rows as prox
 
-    p = ps.ERMParams(omega=POS["omega"])
+    p = A.ERMParams(omega=POS["omega"])
     t = time.perf_counter()
-    fp = ps.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
+    fp = A.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
     q, m, V, alpha = fp.q, fp.m, fp.V, POS["alpha"]
     vh, vj = fp.Vhat, fp.metadata["Vhat_jac"]
     print(
@@ -233,7 +239,7 @@ def divergence_table(
     def population(n, rng):
         w = np.sqrt(q) * rng.standard_normal((n, 2)) + np.array([1.0, -1.0]) * m
         hs = p.sigma * rng.standard_normal((n, 2))
-        tt = ps.teacher_diag(hs, p)
+        tt = A.teacher_diag(hs, p)
         return w, hs, np.full(n, p.s2), tt[:, 0], tt[:, 1]
 
     def estimates(n, rng, deltas):
@@ -298,17 +304,17 @@ def se_linearisation(h=1e-4):
     """Eigenvalues of the Jacobian of the undamped replica map (q, m, theta, V) -> F at the
     positional fixed point (alpha = 2, omega = 0.3; central differences, split rule), and the
     multipliers 1 - mu (1 - lambda) of the damped map at mixing mu."""
-    from theory.attention import model as ps
-    from theory.attention.finite_d.gamp import state_evolution_onetime
+    from theory import attention as A
+    from theory.attention.finite_d.state_evolution import state_evolution_onetime
 
-    p = ps.ERMParams(omega=POS["omega"])
-    fp = ps.fixed_point(POS["alpha"], p, branch="positional", tol=1e-9)
+    p = A.ERMParams(omega=POS["omega"])
+    fp = A.fixed_point(POS["alpha"], p, branch="positional", tol=1e-9)
     x0 = dict(q=fp.q, m=fp.m, theta=0.0, V=fp.V)
     names = ("q", "m", "theta", "V")
-    rule = ps.make_rule("split")
+    rule = A.make_rule("split")
 
     def F(x):
-        out = state_evolution_onetime(x, POS["alpha"], POS["omega"], 1, mixing=1.0, rule=rule)
+        out = state_evolution_onetime(x, POS["alpha"], p, 1, mixing=1.0, rule=rule).history
         return np.array([out[k][1] for k in names])
 
     f0 = F(x0)
@@ -346,30 +352,22 @@ def se_linearisation(h=1e-4):
     return J, lam
 
 
-def _load_runs(path) -> dict:
-    import json
-    import os
+def _store(path):
+    """The runs of the positional study: a :class:`theory.store.Store` (``.jsonl``), one row per
+    run keyed by its identifying fields (which the row repeats, for the reports)."""
+    from theory.store import Store
 
-    return json.load(open(path)) if os.path.exists(path) else {}
-
-
-def _save_runs(path, db) -> None:
-    from theory._util import atomic_write_text, dumps_json
-
-    atomic_write_text(path, dumps_json(db))
+    return Store(path)
 
 
 def _positional_gamp(d, seed, problem, **kw):
     """GAMP (effective channel) on ``problem`` from the positional start Q0 = m0 1_d, V0."""
     from theory.attention.finite_d.gamp import run_gamp
 
-    a, om, m0, V0 = (POS[k] for k in ("alpha", "omega", "m0", "V0"))
+    a, m0, V0 = (POS[k] for k in ("alpha", "m0", "V0"))
     return run_gamp(
         a,
-        om,
-        d,
-        "positional",
-        seed,
+        init="positional",
         problem=problem,
         V0=V0,
         channel="effective",
@@ -378,19 +376,19 @@ def _positional_gamp(d, seed, problem, **kw):
     )
 
 
-def _global_prox_runs(path, db, prefix, d_seeds, divergences, keys, *, T, mixing):
-    """T iterations of global-prox GAMP (restarts off) per (d, seed, divergence), stored under
-    ``prefix/div/d/seed`` in ``db`` and written to ``path`` after each run."""
-    from theory.attention.finite_d.gd import make_problem
+def _global_prox_runs(store, kind, d_seeds, divergences, keys, *, T, mixing):
+    """T iterations of global-prox GAMP (restarts off) per (d, seed, divergence), each kept in
+    ``store`` as it finishes (a rerun skips what is there)."""
+    from theory.attention.finite_d.problem import make_problem
 
     for d, S in d_seeds:
         for seed in range(S):
             pb = None
             for div in divergences:
-                key = prefix.format(div=div, d=d, seed=seed)
-                if key in db:
+                key = dict(kind=kind, div=div, d=d, seed=seed, T=T, mixing=mixing)
+                if key in store:
                     continue
-                pb = pb or make_problem(POS["alpha"], POS["omega"], d, seed, n_test=2)
+                pb = pb or make_problem(POS["alpha"], P_POS, d, seed, n_test=2)
                 t = time.perf_counter()
                 r = _positional_gamp(
                     d,
@@ -403,8 +401,7 @@ def _global_prox_runs(path, db, prefix, d_seeds, divergences, keys, *, T, mixing
                     divergence=div,
                     restarts=0,
                 )
-                db[key] = {k: r.history[k] for k in keys}
-                _save_runs(path, db)
+                store.put(key, dict(key, **{k: r.history[k] for k in keys}))
                 print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
 
 
@@ -419,22 +416,22 @@ def positional_runs(
 ):
     """GAMP (effective channel, global prox, restarts off) from Q0 = m0 1_d on the positional
     side, and its two-time state evolution from the large-d Gram (two SE populations, to see
-    the SE's own Monte Carlo error), T iterations at fixed mixing.  Every run is appended to the
-    JSON file ``path`` as it finishes (a rerun skips what is there)."""
-    from theory.attention.finite_d.gamp import large_d_gram, state_evolution
+    the SE's own Monte Carlo error), T iterations at fixed mixing.  Every run is kept in the
+    store ``path`` (``.jsonl``) as it finishes (a rerun skips what is there)."""
+    from theory.attention.finite_d.state_evolution import large_d_gram, state_evolution
 
     keys = ("q", "m", "theta", "V", "Vhat")
-    db = _load_runs(path)
-    a, om, m0, V0, mix = (POS[k] for k in ("alpha", "omega", "m0", "V0", "mixing"))
+    store = _store(path)
+    a, m0, V0, mix = (POS[k] for k in ("alpha", "m0", "V0", "mixing"))
     for r in se_rngs:
         for div in ("stein", "jacobian"):
-            key = f"se/{div}/{n_pop}/{r}/{T}"
-            if key in db:
+            key = dict(kind="se", div=div, n_pop=n_pop, rng=r, T=T)
+            if key in store:
                 continue
             t = time.perf_counter()
             h = state_evolution(
                 a,
-                om,
+                P_POS,
                 T,
                 gram=large_d_gram("positional", m0=m0),
                 V0=V0,
@@ -443,19 +440,9 @@ def positional_runs(
                 rng=r,
                 divergence=div,
             ).history
-            db[key] = {k: h[k] for k in keys}
-            _save_runs(path, db)
+            store.put(key, dict(key, **{k: h[k] for k in keys}))
             print(f"{key}: {time.perf_counter() - t:.0f} s", flush=True)
-    _global_prox_runs(
-        path,
-        db,
-        "gamp/{div}/{d}/{seed}/" + str(T),
-        [(d, seeds) for d in ds],
-        divergences,
-        keys,
-        T=T,
-        mixing=mix,
-    )
+    _global_prox_runs(store, "gamp", [(d, seeds) for d in ds], divergences, keys, T=T, mixing=mix)
 
 
 def positional_fp_runs(
@@ -468,11 +455,10 @@ def positional_fp_runs(
 ):
     """GAMP (effective channel, global prox, restarts off) from the positional start run to
     its fixed point (mixing 0.25: damped multipliers -0.61 and 0.85 from the SE linearisation,
-    0.85^150 ~ 1e-11), appended to the JSON file ``path`` as each run finishes."""
+    0.85^150 ~ 1e-11), kept in the store ``path`` as each run finishes."""
     _global_prox_runs(
-        path,
-        _load_runs(path),
-        f"fp/{{div}}/{{d}}/{{seed}}/{T}/{mixing}",
+        _store(path),
+        "fp",
         list(zip(ds, seeds)),
         divergences,
         ("q", "m", "theta", "V", "Vhat", "residual"),
@@ -484,24 +470,22 @@ def positional_fp_runs(
 def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, tol=1e-7):
     """GAMP to convergence in its default prox mode ("auto": global prox for 30 iterations,
     then warm, which converges), effective channel, per-sample Jacobian, restarts on, from the
-    positional start Q0 = m0 1_d, V0 = 11; stored under "auto/jacobian/d/seed" in ``path``
-    (the same report as :func:`positional_fp_report`)."""
-    from theory.attention.finite_d.gd import make_problem
+    positional start Q0 = m0 1_d, V0 = 11; kept under kind "auto" in the store ``path`` (the
+    same report as :func:`positional_fp_report`)."""
+    from theory.attention.finite_d.problem import make_problem
 
     keys = ("q", "m", "theta", "V", "Vhat", "residual")
-    db = _load_runs(path)
+    store = _store(path)
     for d in ds:
         for seed in range(seeds):
-            key = f"auto/jacobian/{d}/{seed}"
-            if key in db:
+            key = dict(kind="auto", div="jacobian", d=d, seed=seed, mixing=mixing)
+            if key in store:
                 continue
-            pb = make_problem(POS["alpha"], POS["omega"], d, seed, n_test=2)
+            pb = make_problem(POS["alpha"], P_POS, d, seed, n_test=2)
             t = time.perf_counter()
             r = _positional_gamp(d, seed, pb, mixing=mixing, tol=tol, divergence="jacobian")
-            db[key] = {k: r.history[k] for k in keys}
-            db[key]["status"] = r.status
-            db[key]["restarts"] = r.metadata["restarts"]
-            _save_runs(path, db)
+            row = dict(key, status=r.status, restarts=r.metadata["restarts"])
+            store.put(key, dict(row, **{k: r.history[k] for k in keys}))
             print(
                 f"{key}: {r.status} {r.iterations} it, restarts {r.metadata['restarts']}, "
                 f"{time.perf_counter() - t:.0f} s",
@@ -511,16 +495,14 @@ def positional_auto_runs(path, ds=(250, 500, 1000, 2000), seeds=6, mixing=0.2, t
 
 def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
     """GAMP's end state (mean of the last ``t_end`` iterations) against the replica fixed
-    point (E1's quadrature: no SE Monte Carlo error): RMS over seeds, x sqrt(d), mean +- s.e.,
-    log-log slope in d.  Reference V: the replica V for "fd" (full divergence), and
+    point (the replica quadrature: no SE Monte Carlo error): RMS over seeds, x sqrt(d), mean +-
+    s.e., log-log slope in d.  Reference V: the replica V for "fd" (full divergence), and
     sigma^2/(lam + sigma^2 Vhat_jac) for "jacobian" (GAMP's V with the per-sample Jacobian)."""
-    import json
+    from theory import attention as A
 
-    from theory.attention import model as ps
-
-    db = json.load(open(path))
-    p = ps.ERMParams(omega=POS["omega"])
-    fp = ps.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
+    rows_db = _store(path).rows()
+    p = P_POS
+    fp = A.fixed_point(POS["alpha"], p, branch="positional", diagnostics=True, tol=1e-8)
     V_jac = p.s2 / (p.lam + p.s2 * fp.metadata["Vhat_jac"])
     keys = ("q", "m", "theta", "V")
     print(
@@ -530,7 +512,10 @@ def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
     out = {}
     for div in ("fd", "jacobian"):
         ref = np.array([fp.q, fp.m, 0.0, fp.V if div == "fd" else V_jac])
-        ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"{prefix}/{div}/")})
+        mine = [h for h in rows_db if h["kind"] == prefix and h["div"] == div]
+        if prefix == "fp":
+            mine = [h for h in mine if h["T"] == T and h["mixing"] == mixing]
+        ds = sorted({h["d"] for h in mine})
         if not ds:
             continue
         how = (
@@ -548,7 +533,7 @@ def positional_fp_report(path, T=150, mixing=0.25, t_end=20, prefix="fp"):
         )
         rows = []
         for d in ds:
-            runs = [db[k] for k in db if k.startswith(f"{prefix}/{div}/{d}/")]
+            runs = [h for h in mine if h["d"] == d]
             E = np.array([[np.mean(np.asarray(h[k], float)[-t_end:]) for k in keys] for h in runs])
             D = E - ref
             D[:, 3] = E[:, 3] / ref[3] - 1
@@ -579,9 +564,7 @@ def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
     iteration's |GAMP - SE| and of the mean over the last ``t_end`` iterations (near the fixed
     point), times sqrt(d); the mean (signed) deviation there with its standard error; the
     log-log slope of the RMS in d; the SE's own Monte Carlo error (two populations)."""
-    import json
-
-    db = json.load(open(path))
+    store = _store(path)
     keys = ("q", "m", "theta", "V")
 
     def dev(h, s):
@@ -596,7 +579,7 @@ def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
 
     out = {}
     for div, se_div in (("fd", "stein"), ("jacobian", "jacobian")):
-        ses = [db.get(f"se/{se_div}/{n_pop}/{r}/{T}") for r in se_rngs]
+        ses = [store.get(dict(kind="se", div=se_div, n_pop=n_pop, rng=r, T=T)) for r in se_rngs]
         if any(s is None for s in ses):
             continue
         se = {k: np.mean([s[k] for s in ses], axis=0) for k in keys}
@@ -615,10 +598,11 @@ def positional_report(path, T=60, n_pop=200_000, se_rngs=(123, 124), t_end=10):
             f"                   | end RMS: q        m        theta    V(rel)  | x sqrt(d)"
             f"                   | end mean +- s.e. (m, V)"
         )
-        ds = sorted({int(k.split("/")[2]) for k in db if k.startswith(f"gamp/{div}/")})
+        mine = [h for h in store.rows() if h["kind"] == "gamp" and h["div"] == div and h["T"] == T]
+        ds = sorted({h["d"] for h in mine})
         rows = []
         for d in ds:
-            runs = [db[k] for k in db if k.startswith(f"gamp/{div}/{d}/") and k.endswith(f"/{T}")]
+            runs = [h for h in mine if h["d"] == d]
             D = np.array([dev(h, se) for h in runs])  # (S, 4, T)
             worst = np.sqrt((D**2).mean(0)).max(-1)
             endv = D[:, :, -t_end:].mean(-1)  # (S, 4)

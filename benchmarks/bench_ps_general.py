@@ -1,4 +1,4 @@
-"""Benchmark of the generalised replica equations (spec §8, theory.attention.general.model).
+"""Benchmark of the general replica equations (docs/attention.md §10, theory.attention.general).
 
     python benchmarks/bench_ps_general.py            # kernel + channel timings (~1-2 min)
     python benchmarks/bench_ps_general.py --solve    # + one L = 2 reduction fixed point and
@@ -21,7 +21,8 @@ import time
 import numba
 import numpy as np
 
-from theory.attention.general import model as pg
+from theory.attention import general as pg
+from theory.attention.general import state_equations as gs
 
 
 def _fields(p, N, rng, scale=0.5):
@@ -51,12 +52,12 @@ def bench_channel(p, n=2**12, n_rep=2):
     o["V"] = 5.0 * np.eye(p.r)
     o["q"] = 0.2 * np.eye(p.r)
     o["theta"] = 0.15 * o["theta"] / 0.35
-    pg.channel(o, p, pg.make_nodes(p, 8, 1, rng=1))
+    gs.channel(o, p, pg.make_nodes(p, 8, 1, rng=1))
     t = time.perf_counter()
-    ch = pg.channel(o, p, nodes)
+    ch = gs.channel(o, p, nodes)
     t1 = time.perf_counter() - t
     t = time.perf_counter()
-    pg.channel(o, p, nodes, warm=ch["x"])
+    gs.channel(o, p, nodes, warm=ch["x"])
     t2 = time.perf_counter() - t
     return t1 / (n * n_rep), t2 / (n * n_rep)
 
@@ -97,7 +98,7 @@ def main():
             dt = time.perf_counter() - t
             print(
                 f"L={L} alpha={alpha} {br:10s} {res.status:9s} it={res.iterations:3d} "
-                f"q={res.q[0, 0]:.5f}±{res.err['q'][0, 0]:.1e} eps_t={res.eps_t:.6f} "
+                f"q={res.q[0, 0]:.5f}±{res.q_err[0, 0]:.1e} eps_t={res.eps_t:.6f} "
                 f"wall={dt:.0f}s"
             )
 
@@ -106,10 +107,11 @@ def main():
 
 
 def bench_fixed_m(mixing=0.5, tol=1e-8):
-    """L = 3, α = 1, m = 0.35 (1, 1, -2)/√6, QMC 2^12 x 2: fixed_m_point (Newton in log q,
-    log V) against the baseline plain damped iteration of the same map to the same tolerance,
-    then simulate_fixed_m at d = 400 and 800 (2 restarts)."""
+    """L = 3, α = 1, m = 0.35 (1, 1, -2)/√6, QMC 2^12 x 2: fixed_m_point (quasi-Newton in
+    (q, V)) against the plain damped iteration of the same map (the same loop, strategy
+    ``Damped``) to the same tolerance, then simulate_fixed_m at d = 400 and 800 (2 restarts)."""
     from theory.attention.finite_d import general as eg
+    from theory.solve import Damped, iterate
 
     p = pg.GeneralParams(L=3)
     m = 0.35 * np.array([1.0, 1.0, -2.0]) / np.sqrt(6)
@@ -119,18 +121,18 @@ def bench_fixed_m(mixing=0.5, tol=1e-8):
     r = pg.fixed_m_point(1.0, m, p, q0=0.1, V0=10.0, nodes=nodes, tol=tol, error=False)
     t_newton = time.perf_counter() - t
     t = time.perf_counter()
-    q, V, its = 0.1, 10.0, 0
-    while its < 2000:
-        its += 1
-        qn, Vn, *_ = pg._fixed_m_map(1.0, p, m[:, None], q, V, nodes)
-        done = max(abs(np.log(qn / q)), abs(np.log(Vn / V))) < tol
-        q, V = (1 - mixing) * q + mixing * qn, (1 - mixing) * V + mixing * Vn
-        if done:
-            break
+
+    def F(x):
+        qn, Vn, *_ = pg.fixed_m_map(1.0, p, m[:, None], x["q"], x["V"], nodes)
+        return dict(q=qn, V=Vn), None
+
+    damped = iterate(F, dict(q=0.1, V=10.0), strategy=Damped(mixing), tol=tol, max_iter=2000)
+    q, V, its = damped.x["q"], damped.x["V"], damped.iterations
     t_damped = time.perf_counter() - t
     print(f"\nfixed-m profile point (L=3, alpha=1, |m|=0.35, 2^12 x 2, tol {tol:g}):")
     print(
-        f"  Newton   {r.status:9s} q={r.q:.6f} V={r.V:.4f} eps_t={r.eps_t:.7f} wall={t_newton:.1f}s"
+        f"  quasi-Newton {r.status:9s} {r.iterations} maps q={r.q:.6f} V={r.V:.4f} "
+        f"eps_t={r.eps_t:.7f} wall={t_newton:.1f}s"
     )
     print(
         f"  damped (mixing {mixing}) {its} maps q={q:.6f} V={V:.4f} wall={t_damped:.1f}s "

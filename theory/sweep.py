@@ -371,7 +371,7 @@ def erm_fixed_point_point(
     lam: float | None = None,
 ) -> dict:
     """One replica fixed point of the positional–semantic ERM model on the given branch."""
-    from theory.attention import model as ps
+    from theory import attention as ps
 
     kw = {k: v for k, v in (("omega", omega), ("sigma", sigma), ("lam", lam)) if v is not None}
     res = ps.fixed_point(alpha, ps.ERMParams(**kw), branch=branch)
@@ -384,7 +384,7 @@ def erm_transition_point(
     omega: float, sigma: float | None = None, lam: float | None = None
 ) -> dict:
     """α_c(ω) and α_l(ω) of the positional–semantic ERM model (one point of the phase diagram)."""
-    from theory.attention import model as ps
+    from theory import attention as ps
 
     kw = {k: v for k, v in (("omega", omega), ("sigma", sigma), ("lam", lam)) if v is not None}
     row = _as_row(ps.transition(ps.ERMParams(**kw)))

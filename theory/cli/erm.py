@@ -1,5 +1,5 @@
-"""``theory erm``: replica theory of the positional-semantic attention model (spec
-positional-semantic.md) and its finite-d counterparts (gradient descent, GAMP)."""
+"""``theory erm``: replica theory of the positional-semantic attention model
+(docs/attention.md) and its finite-d counterparts (gradient descent, GAMP)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def _theory_tail(p, func):
 
 
 def _params(args, omega=None):
-    from theory.attention import model as ps
+    from theory.attention import ERMParams
 
     try:
         a = [float(x) for x in str(args.A).split(",")]
@@ -122,7 +122,7 @@ def _params(args, omega=None):
         raise ValueError(f"--A must be four numbers a11,a12,a21,a22, got {args.A!r}") from None
     if len(a) != 4:
         raise ValueError(f"--A must be four numbers a11,a12,a21,a22, got {args.A!r}")
-    return ps.ERMParams(
+    return ERMParams(
         sigma=args.sigma,
         lam=args.lam,
         omega=args.omega if omega is None else omega,
@@ -138,10 +138,10 @@ def _fp_kwargs(args):
 
 
 def _rule(args):
-    from theory.attention import model as ps
+    from theory.attention import make_rule
 
     if args.method == "split":
-        return ps.make_rule(
+        return make_rule(
             "split",
             args.nodes,
             n_r=args.n_r,
@@ -150,24 +150,24 @@ def _rule(args):
             h=args.h,
             eta=args.eta,
         )
-    return ps.make_rule(args.method, args.nodes)
+    return make_rule(args.method, args.nodes)
 
 
 # --------------------------------------------------------------------------- handlers
 
 
 def cmd_fixed_point(args):
-    from theory.attention import model as ps
+    from theory.attention import fixed_point
 
     p = _params(args)
-    r = ps.fixed_point(args.alpha, p, args.branch, **_fp_kwargs(args))
+    r = fixed_point(args.alpha, p, args.branch, **_fp_kwargs(args))
     d = r.to_dict()
     payload = {k: d[k] for k in FP_FIELDS}
     payload.update(
         alpha=r.alpha,
         omega=r.omega,
-        branch_init=r.branch_init,
-        theta_over_sigma2=r.theta / p.s2,
+        init=r.init,
+        theta_over_sigma2=r.theta_over_sigma2,
         message=r.message,
         quadrature=_rule(args).describe(),
     )
@@ -194,52 +194,15 @@ CURVE_COLUMNS = (
 )
 
 
-def curve_rows(results, p, eps_lin):
-    from theory.attention import model as ps
+def curve_rows(res, p, eps_lin):
+    """The CSV/JSON rows of ``theory erm curve``: every point (kind = the branch it was started
+    on), the global minimiser (kind "global": lowest ε_t among the converged points that stayed
+    on their branch, any sweep direction) and the linear baseline (kind "baseline")."""
+    from theory.attention.phases import point_row
 
-    rows = []
-    for r in results:
-        rows.append(
-            dict(
-                kind=r.branch_init,
-                alpha=r.alpha,
-                omega=r.omega,
-                q=r.q,
-                m=r.m,
-                theta=r.theta,
-                theta_over_sigma2=r.theta / p.s2,
-                V=r.V,
-                eps_t=r.eps_t,
-                eps_g=r.eps_g,
-                branch=r.branch,
-                status=r.status,
-                iterations=r.iterations,
-                sweep=r.metadata.get("sweep", ""),
-            )
-        )
-    # the global minimiser: lowest ε_t among the converged fixed points that stayed on the
-    # branch they were started on (any sweep direction)
-    same = [r for r in results if r.branch == r.branch_init]
-    for r in ps.global_minimiser(same):
-        rows.append(
-            dict(
-                kind="global",
-                alpha=r.alpha,
-                omega=r.omega,
-                q=r.q,
-                m=r.m,
-                theta=r.theta,
-                theta_over_sigma2=r.theta / p.s2,
-                V=r.V,
-                eps_t=r.eps_t,
-                eps_g=r.eps_g,
-                branch=r.branch,
-                status=r.status,
-                iterations=r.iterations,
-                sweep=r.metadata.get("sweep", ""),
-            )
-        )
-    for a in sorted({r.alpha for r in results}):
+    rows = [dict(r, kind=r["init"]) for r in res.rows()]
+    rows += [dict(point_row(r), kind="global") for r in res.global_minimiser()]
+    for a in sorted({r.alpha for r in res}):
         rows.append(
             dict(
                 kind="baseline", alpha=a, omega=p.omega, eps_g=eps_lin, status="ok", branch="linear"
@@ -263,12 +226,12 @@ def _csv(rows, columns) -> str:
 
 
 def cmd_curve(args):
-    from theory.attention import model as ps
+    from theory.attention import curve, linear_baseline
 
     p = _params(args)
     alphas = parse_range(args.alphas)
     sweeps = {"both": ("forward", "backward"), "auto": None}.get(args.sweeps, (args.sweeps,))
-    res = ps.curve(
+    res = curve(
         alphas,
         p,
         ("semantic", "positional"),
@@ -276,7 +239,7 @@ def cmd_curve(args):
         progress=not args.json and not args.no_progress,
         **_fp_kwargs(args),
     )
-    eps_lin = ps.linear_baseline(p)
+    eps_lin = linear_baseline(p)
     rows = curve_rows(res, p, eps_lin)
     if args.out:
         atomic_write_text(args.out, _csv(rows, CURVE_COLUMNS))
@@ -301,13 +264,13 @@ def cmd_curve(args):
 
 
 def cmd_transition(args):
-    from theory.attention import model as ps
+    from theory.attention import transition
 
     p = _params(args)
     kw = _fp_kwargs(args)
     if args.alphas:
         kw["alphas"] = parse_range(args.alphas)
-    t = ps.transition(p, progress=not args.json and not args.no_progress, **kw)
+    t = transition(p, progress=not args.json and not args.no_progress, **kw)
     payload = dict(
         omega=t.omega,
         alpha_c=t.alpha_c,
@@ -328,12 +291,12 @@ PD_COLUMNS = ("omega", "alpha_c", "alpha_l", "eps_g_lin", "alpha_l_branch", "sta
 
 
 def cmd_phase_diagram(args):
-    from theory.attention import model as ps
+    from theory.attention import phases
 
     p = _params(args, omega=0.0)
     omegas = parse_range(args.omegas)
     for w in omegas:
-        ps.ERMParams(omega=float(w))  # validate every ω up front
+        p.replace(omega=float(w))  # validate every ω up front
     heat = _heatmap_setup(args, p)
     kw = _fp_kwargs(args)
     if args.alphas:
@@ -344,13 +307,13 @@ def cmd_phase_diagram(args):
             atomic_write_text(args.out, _csv(rows, PD_COLUMNS))
 
     # one call: without --alphas each ω continues from the previous ω's α_c and fixed points
-    rows = ps.phase_diagram(
+    rows = phases.phase_diagram(
         [float(w) for w in omegas],
         p,
         on_row=on_row,
         progress=not args.json and not args.no_progress,
         **kw,
-    )
+    ).rows()
     on_row(rows)
     payload = dict(rows=rows)
     if heat is not None:
@@ -361,10 +324,9 @@ def cmd_phase_diagram(args):
             heat["omegas"],
             args.d,
             args.seeds,
-            sigma=p.sigma,
-            lam=p.lam,
+            params=p,
             method=args.sim_method,
-            cache_path=args.sim_cache,
+            store_path=args.sim_cache,
             progress=not args.json and not args.no_progress,
         )
         heat.update(
@@ -442,11 +404,11 @@ def _sim_common(p):
 
 
 def _run_seeds(args, run, extra=()):
-    """Run ``run(args, seed, A)`` for seeds 0..S-1; emit mean ± s.e. and every run."""
+    """Run ``run(args, seed, params)`` for seeds 0..S-1; emit mean ± s.e. and every run."""
     if args.seeds < 1:
         raise ValueError("--seeds must be >= 1")
-    A = _params(args).A_array
-    runs = [run(args, s, A) for s in range(args.seeds)]
+    p = _params(args)
+    runs = [run(args, s, p) for s in range(args.seeds)]
     payload = dict(
         alpha=args.alpha,
         omega=args.omega,
@@ -459,18 +421,15 @@ def _run_seeds(args, run, extra=()):
     emit(args, payload)
 
 
-def _gd_run(args, seed, A):
-    from theory.attention.finite_d.gd import simulate_gd
+def _gd_run(args, seed, p):
+    from theory.attention import simulate_gd
 
     return simulate_gd(
         args.alpha,
-        args.omega,
+        p,
         args.d,
         args.init,
         seed,
-        sigma=args.sigma,
-        lam=args.lam,
-        A=A,
         lr=args.lr,
         steps=args.steps,
         tol=args.tol,
@@ -478,18 +437,15 @@ def _gd_run(args, seed, A):
     )
 
 
-def _gamp_run(args, seed, A):
-    from theory.attention.finite_d.gamp import run_gamp
+def _gamp_run(args, seed, p):
+    from theory.attention import run_gamp
 
     return run_gamp(
         args.alpha,
-        args.omega,
+        p,
         args.d,
         args.init,
         seed,
-        sigma=args.sigma,
-        lam=args.lam,
-        A=A,
         max_iter=args.max_iter,
         mixing=args.mixing,
     )
@@ -612,7 +568,7 @@ def register(subparsers):
     )
     p.add_argument(
         "--sim-cache",
-        help="heat map: JSONL cache of the runs (appended as they finish; an "
+        help="heat map: store of the runs (a .jsonl file, appended as they finish; an "
         "interrupted run resumes)",
     )
     _theory_tail(p, cmd_phase_diagram)
@@ -633,7 +589,7 @@ def register(subparsers):
         help="'nesterov' (default: accelerated GD, backtracked Lipschitz step, "
         "adaptive restart; ~50-100 iterations at d=1000), 'bb' (Barzilai-"
         "Borwein, non-monotone line search), 'gd' (plain GD with --lr: the "
-        "spec's protocol, thousands of steps), 'lbfgs' (scipy)",
+        "paper's protocol, thousands of steps), 'lbfgs' (scipy)",
     )
     p.add_argument(
         "--lr", type=float, default=0.15, help="learning rate of --method gd (default 0.15)"
@@ -664,7 +620,7 @@ def register(subparsers):
     )
     p.set_defaults(func=cmd_gamp)
 
-    # spec §8 generalisation (any L, ranks r, r_t, A, encodings): theory.cli.erm_general
+    # the general model (any L, ranks r, r_t, A, encodings): theory.cli.erm_general
     from theory.cli import erm_general
 
     erm_general.add_parsers(sub)

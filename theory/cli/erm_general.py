@@ -1,6 +1,6 @@
 """``theory erm general-fixed-point``, ``general-simulate`` and ``general-fixed-m``: the
-generalised model of spec §8 (any L, ranks r and r_t, any A and encodings).  Wired into
-``theory erm`` by ``theory.cli.erm`` through :func:`add_parsers`."""
+general model of docs/attention.md §10 (any L, ranks r and r_t, any A and encodings).  Wired
+into ``theory erm`` by ``theory.cli.erm`` through :func:`add_parsers`."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _model_args(p):
 
 
 def _params(args):
-    from theory.attention.general.model import GeneralParams
+    from theory.attention.general import GeneralParams
 
     L = args.L
     if int(L) != L or L < 2:
@@ -68,7 +68,7 @@ def _fmt(a):
 
 
 def cmd_fixed_point(args):
-    from theory.attention.general.model import fixed_point
+    from theory.attention.general import fixed_point
 
     p = _params(args)
     r = fixed_point(
@@ -85,18 +85,19 @@ def cmd_fixed_point(args):
         error=not args.no_error,
     )
     d = r.to_dict()
-    err = r.err or {}
     lines = [
         f"alpha={r.alpha:g} omega={r.omega:g} L={p.L} r={p.r} r_t={p.r_t} "
-        f"branch={r.branch} (init {r.branch_init}) status={r.status} "
+        f"branch={r.branch} (init {r.init}) status={r.status} "
         f"iterations={r.iterations}"
     ]
     if r.q is not None:
         for k in ("q", "m", "theta", "V"):
-            e = f" ± {_fmt(err[k])}" if k in err else ""
+            err = getattr(r, f"{k}_err")
+            e = f" ± {_fmt(err)}" if err is not None else ""
             lines.append(f"{k:6s} = {_fmt(getattr(r, k))}{e}")
         for k in ("eps_t", "eps_g"):
-            e = f" ± {float(err[k]):.2g}" if k in err else ""
+            err = getattr(r, f"{k}_err")
+            e = f" ± {float(err):.2g}" if err is not None else ""
             lines.append(f"{k:6s} = {getattr(r, k):.6g}{e}")
     if r.message:
         lines.append(f"message: {r.message}")
@@ -135,7 +136,7 @@ def cmd_simulate(args):
 
 def cmd_fixed_m(args):
     from theory.attention.finite_d.general import simulate_fixed_m
-    from theory.attention.general.model import fixed_m_point
+    from theory.attention.general import fixed_m_point
 
     p = _params(args)
     try:
@@ -145,11 +146,11 @@ def cmd_fixed_m(args):
     r = fixed_m_point(
         args.alpha, m, p, q0=args.q0, V0=args.V0, n=args.n, n_rep=args.n_rep, rng=args.seed
     )
-    err = r.err or {}
     payload = dict(theory=r.to_dict(), simulations=[])
     lines = [f"RS at fixed m={_fmt(m)} (theta = 0), alpha={r.alpha:g} L={p.L}: status={r.status}"]
     for k in ("q", "V", "eps_t", "eps_g"):
-        e = f" ± {float(err[k]):.2g}" if k in err else ""
+        err = getattr(r, f"{k}_err")
+        e = f" ± {float(err):.2g}" if err is not None else ""
         lines.append(f"  {k:6s} = {getattr(r, k):.6g}{e}")
     lines.append(f"  d eps_t/dm = {_fmt(r.grad_m)}")
     if args.d:
@@ -168,9 +169,10 @@ def add_parsers(erm_subparsers) -> None:
     """Add ``general-fixed-point`` and ``general-simulate`` to the ``theory erm`` subparsers."""
     p = erm_subparsers.add_parser(
         "general-fixed-point",
-        help="generalised replica state equations (spec §8: any L, r, r_t, A, encodings)",
+        help="generalised replica state equations (any L, r, r_t, A, encodings)",
         description="Solve the generalised replica state equations of the positional-semantic "
-        "model (spec §8) by a damped iteration with QMC expectations; prints the "
+        "model (docs/attention.md §10) by a damped Anderson iteration with QMC expectations; "
+        "prints the "
         "order parameters (matrices), eps_t, eps_g and QMC standard errors.",
     )
     p.add_argument("--alpha", type=float, required=True, help="sample ratio α = n/d")

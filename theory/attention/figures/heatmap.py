@@ -4,8 +4,8 @@
 Heat map: Δε_t = ε_t(semantic init) − ε_t(positional init) per (α, ω), mean over seeds, from
 :func:`~theory.attention.figures.simulation.simulated_delta_eps_t`
 (negative: the semantic minimiser has the lower training loss).  Lines: the theory's α_c(ω)
-(ε_t(sem) = ε_t(pos)) and α_l(ω) (ε_g of the global minimiser = linear baseline), rows of
-:func:`theory.attention.model.phase_diagram`.
+(ε_t(sem) = ε_t(pos)) and α_l(ω) (ε_g of the global minimiser = linear baseline), the rows of
+:func:`theory.attention.phase_diagram`.
 """
 
 from __future__ import annotations

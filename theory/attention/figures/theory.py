@@ -108,15 +108,15 @@ def plot_phase_diagram(rows, p, path):
 
 
 def _fig_phase(out_dir: Path, quick: bool):
-    from theory.attention import model as ps
+    from theory import attention as A
 
-    p = ps.ERMParams()
+    p = A.ERMParams()
     t0 = time.time()
     # quick: three ω; full: nine (default rule, xtol 1e-4 in both)
     omegas = [0.1, 0.3, 0.5] if quick else list(np.linspace(0.1, 0.5, 9))
-    rule, xtol = ps.make_rule("split"), 1e-4
+    rule, xtol = A.make_rule("split"), 1e-4
     # adaptive bracket + Brent, continued in ω (each ω starts at the previous α_c)
-    rows = ps.phase_diagram(omegas, p, rule=rule, xtol=xtol)
+    rows = A.phase_diagram(omegas, p, rule=rule, xtol=xtol).rows()
     out_dir = Path(out_dir)
     files = [plot_phase_diagram(rows, p, out_dir / "erm-phase-diagram-theory.png")]
     import csv
@@ -138,7 +138,7 @@ def _fig_phase(out_dir: Path, quick: bool):
     numbers.append(
         dict(
             name="eps_g_lin(omega=0.3)",
-            value=ps.linear_baseline(p.replace(omega=0.3)),
+            value=A.linear_baseline(p.replace(omega=0.3)),
             how="closed-form 2-D Gauss-Hermite (160^2 nodes) of Var softmax",
         )
     )

@@ -1,4 +1,4 @@
-"""Finite-d data of the positional-semantic attention model (spec/positional-semantic.md §1).
+"""Finite-d data of the attention model (docs/attention.md §1-2).
 
 Normalisations (stated once for all of ``theory.attention.finite_d``)
 ------------------------------------------------------------------------------------------------
@@ -13,8 +13,8 @@ Normalisations (stated once for all of ``theory.attention.finite_d``)
   ``q = sigma^2 |Q|^2 / d``, ``m = 1^T Q / d``, ``theta = sigma^2 Q*^T Q / d`` (= covariance of
   the centred student field with the teacher field ``h*_l = z_l . Q* / sqrt(d)``, whose variance
   is ``rho = sigma^2 |Q*|^2 / d``).
-* Teacher weights ``Q*`` ~ N(0, I_d) rescaled to ``|Q*|^2 = d`` (``rho = sigma^2`` exactly,
-  see :func:`make_teacher`).
+* Teacher weights ``Q*`` ~ N(0, I_d) rescaled to ``|Q*|^2 = d rho / sigma^2`` (the theory's
+  teacher norm exactly, see :func:`make_teacher`).
 * Teacher ``y(X) = T X_z`` with ``T = (1 - omega) softmax_row(h* h*^T) + omega A`` acting on the
   token part ``Z`` only.  Per-sample loss ``l_mu = |f_Q(X_mu) - y_mu|_F^2 / (2d)``.
 
@@ -29,12 +29,13 @@ Row-stochasticity makes the student's attention matrix a function of two numbers
     kappa_mu = |delta|^2 / (2d),
     a*_mu = delta.(y_1 - x_2)/|delta|^2,  b*_mu = delta.(x_1 - y_2)/|delta|^2,
 
-with ``c_mu >= 0`` the part of the residual orthogonal to ``delta``.  As d -> infinity,
-``kappa -> sigma^2``, ``a* -> T_11(h*)``, ``b* -> T_22(h*)``, ``c = O(1/d)``, which is the
-spec's effective loss ``(sigma^2/2)|S(h) - T(h*)|_F^2 = sigma^2[(a - T_11)^2 + (b - T_22)^2]``.
-So every sample is summarised by ``(kappa, a*, b*, c)`` ("exact" channel) or by
+with ``c_mu >= 0`` the part of the residual orthogonal to ``delta`` (docs/attention.md eq. 6).
+As d -> infinity, ``kappa -> sigma^2``, ``a* -> T_11(h*)``, ``b* -> T_22(h*)``, ``c = O(1/d)``,
+which is the effective loss of the theory ``sigma^2[(a - T_11)^2 + (b - T_22)^2]``.  So every
+sample is summarised by ``(kappa, a*, b*, c)`` ("exact" channel) or by
 ``(sigma^2, T_11(h*), T_22(h*), 0)`` ("effective" channel): the risk, its gradient and the GAMP
-prox only need these four numbers and the local fields.
+prox only need these four numbers and the local fields; the loss family is
+:mod:`theory.attention.channel`, its prox :mod:`theory.attention.proximal`.
 """
 
 from __future__ import annotations
@@ -43,91 +44,78 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory._util import check_positive, check_row_stochastic, check_unit_interval
+from theory.attention.channel import softmax_rows, teacher_matrix
+from theory.attention.params import SIGNS, ERMParams, as_params
 from theory.rng import as_rng
 
-A_REF = np.array([[0.6, 0.4], [0.4, 0.6]])
+__all__ = [
+    "CHANNELS",
+    "ERMData",
+    "Teacher",
+    "check_dimension",
+    "make_teacher",
+    "naive_sample_losses",
+    "positional_encodings",
+    "sample_data",
+]
+
 CHANNELS = ("exact", "effective")
 
 
-def sigmoid(u):
-    return 0.5 * (1.0 + np.tanh(0.5 * u))  # overflow-free logistic
-
-
-def attention2(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Diagonal ``(a, b)`` of ``softmax_row(h h^T)`` for fields ``h`` of shape ``(..., 2)``."""
-    h1, h2 = h[..., 0], h[..., 1]
-    return sigmoid(h1 * (h1 - h2)), sigmoid(h2 * (h2 - h1))
-
-
-def softmax_rows(M: np.ndarray) -> np.ndarray:
-    """Row softmax of ``M`` (shape ``(..., L, L)``), numerically stable (reference code)."""
-    M = M - M.max(axis=-1, keepdims=True)
-    E = np.exp(M)
-    return E / E.sum(axis=-1, keepdims=True)
-
-
-def check_params(alpha=None, omega=None, d=None, sigma=0.5, lam=0.01, A=None):
-    """Validate the model parameters; return ``(sigma, lam, A)`` with ``A`` defaulted."""
-    if alpha is not None:
-        check_positive("alpha", alpha)
-    if omega is not None:
-        check_unit_interval("omega", omega)
-    if d is not None and (int(d) != d or d < 2):
+def check_dimension(d) -> int:
+    if int(d) != d or d < 2:
         raise ValueError(f"the dimension d must be an integer >= 2, got {d!r}")
-    sigma = check_positive("sigma", sigma)
-    lam = check_positive("lam", lam, strict=False)
-    A = A_REF.copy() if A is None else check_row_stochastic("A", A, symmetric=True)
-    if A.shape != (2, 2):
-        raise ValueError(f"A must be a 2x2 matrix (sequence length L = 2), got shape {A.shape}")
-    return sigma, lam, A
+    return int(d)
 
 
 @dataclass(frozen=True)
 class Teacher:
-    """Teacher: ``qstar`` (shape ``(d,)``, i.i.d. N(0,1)), ``A``, ``omega``, ``sigma``."""
+    """Teacher: ``qstar`` (shape ``(d,)``) and the model's ``params`` (ω, A, σ)."""
 
     qstar: np.ndarray
-    A: np.ndarray
-    omega: float
-    sigma: float
+    params: ERMParams
 
     @property
     def d(self) -> int:
         return self.qstar.shape[0]
 
     @property
+    def sigma(self) -> float:
+        return self.params.sigma
+
+    @property
+    def omega(self) -> float:
+        return self.params.omega
+
+    @property
     def rho(self) -> float:
-        """Finite-d teacher norm ``sigma^2 |Q*|^2 / d`` (-> sigma^2)."""
-        return float(self.sigma**2 * self.qstar @ self.qstar / self.d)
+        """Finite-d teacher norm ``sigma^2 |Q*|^2 / d`` (= params.rho when normalised)."""
+        return float(self.params.s2 * self.qstar @ self.qstar / self.d)
 
     def targets_matrix(self, hstar: np.ndarray) -> np.ndarray:
         """``T = (1 - omega) softmax(h* h*^T) + omega A``, shape ``(n, 2, 2)``."""
-        S = softmax_rows(hstar[:, :, None] * hstar[:, None, :])
-        return (1.0 - self.omega) * S + self.omega * self.A
+        return teacher_matrix(hstar[:, :, None], self.params.omega, self.params.A_array)
 
 
-def make_teacher(
-    d: int, omega: float, *, sigma: float = 0.5, A=None, rng=0, normalize: bool = True
-) -> Teacher:
+def make_teacher(d: int, params=None, *, rng=0, normalize: bool = True) -> Teacher:
     """Teacher with ``Q*`` drawn N(0, I_d); with ``normalize`` (default) rescaled to
-    ``|Q*|^2 = d`` so that ``rho = sigma^2 |Q*|^2/d = sigma^2`` exactly, as in the theory.
+    ``|Q*|^2 = d rho / sigma^2`` so that ``sigma^2 |Q*|^2/d = rho`` exactly, as in the theory.
 
-    The raw i.i.d. draw has ``rho = sigma^2 (1 + O(sqrt(2/d)))`` (4.5 % standard deviation at
-    d = 1000), a seed-to-seed fluctuation of the TEACHER that moves eps_g by several % and
-    dominates the spread of the finite-d runs; the direction of Q* is uniform either way.
+    The raw i.i.d. draw has ``rho (1 + O(sqrt(2/d)))`` (4.5 % standard deviation at d = 1000),
+    a seed-to-seed fluctuation of the TEACHER that moves eps_g by several % and dominates the
+    spread of the finite-d runs; the direction of Q* is uniform either way.
     """
-    sigma, _, A = check_params(omega=omega, d=d, sigma=sigma, A=A)
-    qstar = as_rng(rng).standard_normal(int(d))
+    p = as_params(params)
+    d = check_dimension(d)
+    qstar = as_rng(rng).standard_normal(d)
     if normalize:
-        qstar *= np.sqrt(d / (qstar @ qstar))
-    return Teacher(qstar=qstar, A=A, omega=float(omega), sigma=sigma)
+        qstar *= np.sqrt(d * (p.rho / p.s2) / (qstar @ qstar))
+    return Teacher(qstar=qstar, params=p)
 
 
 def positional_encodings(d: int) -> np.ndarray:
     """``P`` of shape ``(2, d)``: rows ``+1_d/sqrt(d)`` and ``-1_d/sqrt(d)``."""
-    p = np.full(int(d), 1.0 / np.sqrt(d))
-    return np.stack([p, -p])
+    return SIGNS[:, None] * np.full((1, int(d)), 1.0 / np.sqrt(d))
 
 
 @dataclass(frozen=True)
@@ -197,7 +185,7 @@ def sample_data(teacher: Teacher, n: int, rng, *, keep_targets: bool = False) ->
     X = Z
     X += positional_encodings(d)[None, :, :]
     # Gram of x: x_l.x_k = z_l.z_k + s_l zs_k + s_k zs_l + s_l s_k (since p.p = +-1)
-    s = np.array([1.0, -1.0])
+    s = SIGNS
     # teacher rows y_l = sum_k T_lk z_k  -> y_l . x_j = sum_k T_lk (z_k . z_j + s_j zs_k)
     # delta = x1 - x2 ; |delta|^2 ; delta.(y1 - x2) ; delta.(x1 - y2)
     xx = (
@@ -222,51 +210,6 @@ def sample_data(teacher: Teacher, n: int, rng, *, keep_targets: bool = False) ->
     c = (np.maximum(n21 - D * astar**2, 0.0) + np.maximum(n12 - D * bstar**2, 0.0)) / (2 * d)
     kappa = D / (2 * d)
     return ERMData(X=X, kappa=kappa, astar=astar, bstar=bstar, c=c, hstar=hstar, T=T, Y=Y)
-
-
-# --------------------------------------------------------------------------- per-sample loss
-
-
-def sample_loss(h, kappa, astar, bstar, c):
-    """Per-sample loss ``kappa[(a - a*)^2 + (b - b*)^2] + c`` at fields ``h`` (shape ``(n, 2)``)."""
-    a, b = attention2(h)
-    return kappa * ((a - astar) ** 2 + (b - bstar) ** 2) + c
-
-
-def sample_loss_grad(h, kappa, astar, bstar, c):
-    """Per-sample loss and its gradient in ``h``: returns ``(loss (n,), grad (n, 2))``."""
-    h1, h2 = h[..., 0], h[..., 1]
-    a, b = attention2(h)
-    ea, eb = a - astar, b - bstar
-    Fa = 2 * kappa * ea * a * (1 - a)  # d loss / d u1, u1 = h1 (h1 - h2)
-    Fb = 2 * kappa * eb * b * (1 - b)  # d loss / d u2, u2 = h2 (h2 - h1)
-    g = np.empty(h.shape)
-    g[..., 0] = Fa * (2 * h1 - h2) - Fb * h2
-    g[..., 1] = -Fa * h1 + Fb * (2 * h2 - h1)
-    return kappa * (ea**2 + eb**2) + c, g
-
-
-def sample_loss_hess(h, kappa, astar, bstar):
-    """Gradient ``(n, 2)`` and Hessian ``(n, 2, 2)`` in ``h`` of the per-sample loss."""
-    h1, h2 = h[..., 0], h[..., 1]
-    a, b = attention2(h)
-    ea, eb = a - astar, b - bstar
-    pa, pb = a * (1 - a), b * (1 - b)
-    Fa, Fb = 2 * kappa * ea * pa, 2 * kappa * eb * pb
-    Faa = 2 * kappa * (pa**2 + ea * pa * (1 - 2 * a))
-    Fbb = 2 * kappa * (pb**2 + eb * pb * (1 - 2 * b))
-    du1 = np.stack([2 * h1 - h2, -h1], axis=-1)
-    du2 = np.stack([-h2, 2 * h2 - h1], axis=-1)
-    g = Fa[..., None] * du1 + Fb[..., None] * du2
-    H = (
-        Faa[..., None, None] * du1[..., :, None] * du1[..., None, :]
-        + Fbb[..., None, None] * du2[..., :, None] * du2[..., None, :]
-    )
-    H[..., 0, 0] += 2 * Fa
-    H[..., 0, 1] -= Fa + Fb
-    H[..., 1, 0] -= Fa + Fb
-    H[..., 1, 1] += 2 * Fb
-    return g, H
 
 
 def naive_sample_losses(Q: np.ndarray, data: ERMData) -> np.ndarray:

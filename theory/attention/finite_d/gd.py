@@ -1,32 +1,14 @@
-"""Full-batch minimisation of the empirical risk of the positional-semantic model.
+"""Full-batch minimisation of the empirical risk of the attention model at finite d.
 
 Minimisers (``METHODS``): "nesterov" (default; accelerated gradient, backtracked Lipschitz
 step, adaptive restart), "bb" (Barzilai-Borwein, non-monotone line search), "gd" (plain GD
-with a fixed learning rate, the spec §6 protocol, slow: rate 1 - lr lam), "lbfgs" (scipy).
+with a fixed learning rate, the paper's protocol, slow: rate 1 - lr lam), "lbfgs" (scipy).
 Every one reports "converged" only when the RMS gradient |grad L|/sqrt(d) is below ``tol``.
-
-Spec: spec/positional-semantic.md §1 and §6.
-Normalisations: see :mod:`theory.attention.finite_d.data`.
-
-    L(Q) = sum_mu |f_Q(X_mu) - y_mu|_F^2 / (2d) + (lam/2) |Q|^2,      n = round(alpha d)
-
-Reported per run (same field names as the theory's result, so overlays are one call):
-
-* ``eps_t = L(Q_final) / d`` (ridge term included);
-* ``eps_g`` = mean of ``|f_Q(X) - y(X)|_F^2 / (2d)`` over ``n_test`` fresh samples (same
-  teacher), with its standard error ``eps_g_err``;
-* ``q = sigma^2 |Q|^2 / d``, ``m = |1^T Q| / d``, ``theta = sigma^2 |Q*^T Q| / d`` (the THEORY's
-  normalisation of theta), ``theta_over_sigma2 = |Q*^T Q| / d`` and ``m_over_sigma2 = m/sigma^2``
-  (the quantities spec §6 plots); absolute values because Q -> -Q is a symmetry.
-
-The risk and its gradient are computed from the exact per-sample reduction of
-:mod:`~theory.attention.finite_d.data` (two BLAS matrix-vector products with the ``(2n, d)`` token
-matrix per step); :func:`naive_risk` is the plain reference from the full softmax and tokens.
-
-Initialisations (spec §6): ``"semantic"`` Q = Q*; ``"positional"`` Q = 1_d / sqrt(d) (the
-positional direction; ``init_scale`` multiplies it); ``"random"`` Q = 0.1 N(0, I_d).
-For a given ``seed`` the teacher, training set and test set are the same whatever ``init``,
-so the inits of one seed can be compared (the empirical global minimiser, spec §6).
+The instance, the risk and the reported fields: :mod:`theory.attention.finite_d.problem`.
+Initialisations: "semantic" Q = Q*, "positional" Q = 1_d/sqrt(d) (``init_scale`` multiplies
+it), "random" Q = 0.1 N(0, I_d); for a given ``seed`` the teacher, training set and test set are
+the same whatever ``init``, so the inits of one seed can be compared (the empirical global
+minimiser, docs/attention.md §8).
 """
 
 from __future__ import annotations
@@ -36,42 +18,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.attention.finite_d.data import (
-    ERMData,
-    Teacher,
-    check_params,
-    make_teacher,
-    naive_sample_losses,
-    sample_data,
-    sample_loss,
-    sample_loss_grad,
+from theory.attention.finite_d.data import ERMData
+from theory.attention.finite_d.problem import (
+    FiniteDResult,
+    Problem,
+    evaluate,
+    initial_weights,
+    make_problem,
+    risk,
 )
-from theory.results import Result
+from theory.attention.params import as_params
 
-INITS = ("semantic", "positional", "random")
-TEST_CHUNK = 2000
-
-
-@dataclass(frozen=True, kw_only=True)
-class FiniteDResult(Result):
-    """Fields shared by every finite-d run (GD, L-BFGS, GAMP): see the module docstring."""
-
-    alpha: float
-    omega: float
-    d: int
-    n: int
-    seed: int
-    init: str
-    q: float
-    m: float
-    theta: float
-    theta_over_sigma2: float
-    m_over_sigma2: float
-    eps_t: float
-    eps_g: float
-    eps_g_err: float
-    grad_rms: float
-    iterations: int
+__all__ = [
+    "METHODS",
+    "ERMSimResult",
+    "barzilai_borwein",
+    "gradient_descent",
+    "lbfgs",
+    "nesterov",
+    "simulate_gd",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,122 +45,6 @@ class ERMSimResult(FiniteDResult):
     """One finite-d minimisation run (gradient descent and its accelerated variants, L-BFGS)."""
 
     method: str = "nesterov"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Teacher, training data, test data of one seed (shared by all inits and algorithms)."""
-
-    teacher: Teacher
-    train: ERMData
-    test_seed: np.random.SeedSequence
-    n_test: int
-    alpha: float
-    seed: int
-
-    @property
-    def d(self) -> int:
-        return self.teacher.d
-
-
-def make_problem(
-    alpha, omega, d, seed=0, *, sigma=0.5, A=None, n_test=10_000, keep_targets=False
-) -> Problem:
-    """Draw the teacher and ``n = round(alpha d)`` training samples from ``seed``.
-
-    Independent streams (``SeedSequence(seed).spawn``): teacher, training set, test set, init.
-    """
-    sigma, _, A = check_params(alpha=alpha, omega=omega, d=d, sigma=sigma, A=A)
-    d = int(d)
-    n = max(1, int(round(alpha * d)))
-    if int(n_test) < 2:
-        raise ValueError(f"n_test must be >= 2 to estimate an error bar, got {n_test}")
-    ss = np.random.SeedSequence(int(seed))
-    s_teacher, s_train, s_test, _ = ss.spawn(4)
-    teacher = make_teacher(d, omega, sigma=sigma, A=A, rng=np.random.default_rng(s_teacher))
-    train = sample_data(teacher, n, np.random.default_rng(s_train), keep_targets=keep_targets)
-    return Problem(
-        teacher=teacher,
-        train=train,
-        test_seed=s_test,
-        n_test=int(n_test),
-        alpha=float(alpha),
-        seed=int(seed),
-    )
-
-
-def init_rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(4)[3])
-
-
-def initial_weights(init: str, teacher: Teacher, seed: int, *, init_scale: float = 1.0):
-    """Initial ``Q`` (shape ``(d,)``) for ``init`` in {"semantic", "positional", "random"}."""
-    d = teacher.d
-    if init == "semantic":
-        return init_scale * teacher.qstar.copy()
-    if init == "positional":
-        return np.full(d, init_scale / np.sqrt(d))
-    if init == "random":
-        return 0.1 * init_scale * init_rng(seed).standard_normal(d)
-    raise ValueError(f"init must be one of {INITS}, got {init!r}")
-
-
-def risk(Q, data: ERMData, lam: float, *, channel="exact", sigma=0.5):
-    """``(L(Q), grad L(Q))``: empirical risk (ridge included) and its gradient, shape ``(d,)``."""
-    h = data.fields(Q)
-    ch = data.channel(channel, sigma)
-    losses, gh = sample_loss_grad(h, *ch)
-    return losses.sum() + 0.5 * lam * (Q @ Q), data.backproject(gh) + lam * Q
-
-
-def naive_risk(Q, data: ERMData, lam: float) -> float:
-    """Reference ``L(Q)`` from the full softmax and tokens (needs ``keep_targets=True`` data)."""
-    return naive_sample_losses(Q, data).sum() + 0.5 * lam * (Q @ Q)
-
-
-def overlaps(Q, teacher: Teacher) -> dict:
-    d, s2 = teacher.d, teacher.sigma**2
-    m = abs(Q.sum()) / d
-    tq = abs(teacher.qstar @ Q) / d
-    return dict(q=s2 * (Q @ Q) / d, m=m, theta=s2 * tq, theta_over_sigma2=tq, m_over_sigma2=m / s2)
-
-
-def test_error(Q, problem: Problem, *, chunk: int = TEST_CHUNK) -> tuple[float, float]:
-    """``eps_g`` and its standard error on ``problem.n_test`` fresh samples (drawn in chunks)."""
-    rng = np.random.default_rng(problem.test_seed)
-    tot, tot2, k = 0.0, 0.0, 0
-    while k < problem.n_test:
-        nb = min(chunk, problem.n_test - k)
-        data = sample_data(problem.teacher, nb, rng)
-        ls = sample_loss(data.fields(Q), data.kappa, data.astar, data.bstar, data.c)
-        tot += ls.sum()
-        tot2 += (ls**2).sum()
-        k += nb
-    mean = tot / k
-    var = max(tot2 / k - mean**2, 0.0) * k / (k - 1)
-    return mean, np.sqrt(var / k)
-
-
-def evaluate(Q, problem: Problem, lam: float, *, seed: int, init: str) -> dict:
-    """The reported fields of a finite-d run at weights ``Q`` (shared by GD, L-BFGS and GAMP):
-    ``eps_t = L(Q)/d``, ``eps_g`` (+ standard error) on the test set, ``grad_rms``, the
-    overlaps, and the identifiers ``alpha, omega, d, n, seed, init``."""
-    d = problem.d
-    L, g = risk(Q, problem.train, lam)
-    eps_g, eps_g_err = test_error(Q, problem)
-    return dict(
-        alpha=problem.alpha,
-        omega=problem.teacher.omega,
-        d=d,
-        n=problem.train.n,
-        seed=int(seed),
-        init=init,
-        eps_t=L / d,
-        eps_g=eps_g,
-        eps_g_err=eps_g_err,
-        grad_rms=float(np.linalg.norm(g) / np.sqrt(d)),
-        **overlaps(Q, problem.teacher),
-    )
 
 
 # --------------------------------------------------------------------------- minimisers
@@ -231,10 +81,14 @@ class _Monitor:
         return Q, self.status, it, self.grms, np.array(self.trace)
 
 
+#: what every minimiser returns: (Q, status, iterations, RMS gradient, trace rows)
+Minimisation = tuple[np.ndarray, str, int, float, np.ndarray]
+
+
 def gradient_descent(
     Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=1e-6, record_every=50
-):
-    """Plain full-batch GD ``Q <- Q - lr grad L(Q)`` (the spec §6 protocol).
+) -> Minimisation:
+    """Plain full-batch GD ``Q <- Q - lr grad L(Q)`` (the paper's protocol).
 
     Its rate near a minimum is ``1 - lr mu`` with mu the smallest Hessian eigenvalue (>= lam
     = 0.01 at the reference values): thousands of steps at lr = 0.15.  Prefer "nesterov".
@@ -249,7 +103,9 @@ def gradient_descent(
     return mon.result(Q, it)
 
 
-def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, L0=1.0):
+def nesterov(
+    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, L0=1.0
+) -> Minimisation:
     """Nesterov's accelerated gradient with a backtracked Lipschitz estimate and adaptive restart.
 
     * step ``1/Lk`` at the extrapolated point ``y``; ``Lk`` is doubled until the sufficient
@@ -294,7 +150,7 @@ def nesterov(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_ever
 
 def barzilai_borwein(
     Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, memory=10, lr0=0.1
-):
+) -> Minimisation:
     """Barzilai-Borwein steps with the non-monotone line search of Grippo-Lampariello-Lucidi
     (Raydan 1997): step ``s.s / s.y`` (BB1, clipped to [1e-6, 1e6]); accept when
     ``L(Q - a g) <= max(last ``memory`` values) - 1e-4 a |g|^2``, else halve ``a``."""
@@ -321,7 +177,9 @@ def barzilai_borwein(
     return mon.result(Q, it)
 
 
-def lbfgs(Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=None):
+def lbfgs(
+    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=None
+) -> Minimisation:
     """L-BFGS (scipy) on the same risk; a faster route to the local minimum of the basin."""
     from scipy.optimize import minimize
 
@@ -346,21 +204,18 @@ METHODS = {"nesterov": nesterov, "bb": barzilai_borwein, "gd": gradient_descent,
 
 
 def simulate_gd(
-    alpha,
-    omega,
-    d,
-    init="semantic",
-    seed=0,
+    alpha: float,
+    params=None,
+    d: int = 400,
+    init: str = "semantic",
+    seed: int = 0,
     *,
-    sigma=0.5,
-    lam=0.01,
-    A=None,
-    lr=0.15,
-    steps=3000,
-    n_test=10_000,
-    tol=1e-6,
-    init_scale=1.0,
-    method="nesterov",
+    lr: float = 0.15,
+    steps: int = 3000,
+    n_test: int = 10_000,
+    tol: float = 1e-6,
+    init_scale: float = 1.0,
+    method: str = "nesterov",
     problem: Problem | None = None,
     Q0=None,
 ) -> ERMSimResult:
@@ -368,23 +223,23 @@ def simulate_gd(
 
     Parameters
     ----------
-    alpha, omega, d : sample ratio (n = round(alpha d)), teacher mixing, token dimension.
+    alpha, params, d : sample ratio (n = round(alpha d)), the model's
+        :class:`~theory.attention.params.ERMParams` (ω, σ, λ, A: the theory's object), token
+        dimension.
     init : "semantic" (Q = Q*), "positional" (Q = init_scale 1_d/sqrt(d)), "random" (0.1 N(0,1)).
-    seed : int; fixes teacher, data and test set (independent of ``init``).
-    sigma, lam, A : noise level, ridge, 2x2 symmetric row-stochastic positional matrix.
+    seed : fixes teacher, data and test set (independent of ``init``); recorded in the result.
     steps, tol : maximal number of iterations; stop when the RMS gradient
         ``|grad L|/sqrt(d) < tol`` (status "converged", else "max_iter").
     lr : learning rate of plain GD (method "gd" only).
     n_test : fresh samples for ``eps_g``.
-    method : "nesterov" (default: accelerated full-batch GD, backtracked Lipschitz step,
-        adaptive restart), "bb" (Barzilai-Borwein, non-monotone line search), "gd" (plain GD
-        with ``lr``, the spec §6 protocol; slow: rate 1 - lr lam), "lbfgs" (scipy).  All four
-        minimise the same risk and land on the local minimiser of the basin of ``init``.
-    problem, Q0 : reuse an existing :class:`Problem` / start from explicit weights.
+    method : "nesterov" (default), "bb", "gd", "lbfgs" (module docstring); all four minimise
+        the same risk and land on the local minimiser of the basin of ``init``.
+    problem, Q0 : reuse an existing :class:`~theory.attention.finite_d.problem.Problem` (its
+        params and seed are used) / start from explicit weights.
     """
     if problem is None:
-        problem = make_problem(alpha, omega, d, seed, sigma=sigma, A=A, n_test=n_test)
-    sigma, lam, A = check_params(alpha=alpha, omega=omega, d=d, sigma=sigma, lam=lam, A=A)
+        problem = make_problem(alpha, as_params(params), d, seed, n_test=n_test)
+    p, seed = problem.params, problem.seed
     if lr <= 0 or not np.isfinite(lr):
         raise ValueError(f"the learning rate lr must be > 0, got {lr!r}")
     if method not in METHODS:
@@ -393,10 +248,8 @@ def simulate_gd(
         Q0 = initial_weights(init, problem.teacher, seed, init_scale=init_scale)
     t0 = time.perf_counter()
     kw = dict(lr=lr) if method == "gd" else {}
-    Q, status, its, grms, trace = METHODS[method](
-        Q0, problem.train, lam, steps=steps, tol=tol, **kw
-    )
-    fields = evaluate(Q, problem, lam, seed=seed, init=init)
+    Q, status, its, _, trace = METHODS[method](Q0, problem.train, p.lam, steps=steps, tol=tol, **kw)
+    fields = evaluate(Q, problem, init=init)
     wall = time.perf_counter() - t0
     msg = f"{method}: {status} after {its} iterations, RMS gradient {fields['grad_rms']:.2e}"
     return ERMSimResult(
@@ -408,18 +261,15 @@ def simulate_gd(
             zip(("iteration", "eps_t", "grad_rms"), np.asarray(trace, float).reshape(-1, 3).T)
         ),
         params=dict(
-            alpha=float(alpha),
-            omega=float(omega),
+            p.to_dict(),
+            alpha=problem.alpha,
             d=problem.d,
-            sigma=sigma,
-            lam=lam,
-            A=A.tolist(),
             lr=lr,
             steps=steps,
             tol=tol,
             n_test=problem.n_test,
             init=init,
-            seed=int(seed),
+            seed=seed,
             init_scale=init_scale,
         ),
         metadata=dict(method=method, wall_time_s=wall, rho=problem.teacher.rho),

@@ -1,7 +1,7 @@
-"""Finite-d simulator of the generalised positional-semantic model (spec §8): any L, student
+"""Finite-d simulator of the general attention model (docs/attention.md §10): any L, student
 rank r, teacher rank r_t, row-stochastic A and positional encodings with Gram matrix G.
 
-Normalisations: those of :mod:`theory.attention.general.model` (the theory it is compared with).
+Normalisations: those of :mod:`theory.attention.general` (the theory it is compared with).
 * Encodings ``P`` (L, d) with ``P Pᵀ = G`` exactly (:func:`encodings`): P = W Λ^{1/2} Uᵀ with
   G = W Λ Wᵀ and U (d, rank G) orthonormal, first column 1_d/√d — so the reference
   G = [[1, -1], [-1, 1]] gives p_{1,2} = ±1_d/√d as in :mod:`theory.attention.finite_d.data`.
@@ -16,7 +16,7 @@ Risk (EXACT at finite d; the per-sample loss only needs L×L Gram matrices):
     L(Q) = Σ_μ ||S_μ X_μ - T_μ Z_μ||² / (2d) + (λ/2)||Q||_F²,
     ∂/∂S = (S Gxx - C)/d,  ∂/∂(H Hᵀ) = S ∘ (Γ - rowsum(Γ ∘ S)),  ∂/∂H = (W + Wᵀ) H,
     ∂/∂Q = Σ_μ X_μᵀ ∂H_μ / √d + λ Q.
-Reported (same names as :class:`theory.attention.general.model.GeneralERMResult`): ε_t = L(Q̂)/d,
+Reported (same names as :class:`theory.attention.general.GeneralERMResult`): ε_t = L(Q̂)/d,
 ε_g (fresh samples) with its standard error, q = σ² QᵀQ/d (r×r), m = P Q/√d (L×r: m_ℓ =
 (√d p_ℓ)ᵀQ/d), θ = σ² QᵀQ*/d (r×r_t).  Q → Q O (O orthogonal, incl. -1) is a symmetry: compare
 invariants.
@@ -30,7 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.attention.general.model import GeneralParams, as_params, attention, teacher_matrix
+from theory.attention.channel import attention
+from theory.attention.general.channel import teacher_matrix
+from theory.attention.general.params import GeneralParams, as_params
 from theory.results import Result
 from theory.rng import as_rng
 
@@ -164,7 +166,7 @@ def sample_losses(Q, data: GeneralData) -> np.ndarray:
     return (quad - 2 * (S * data.C).sum(axis=(1, 2)) + data.c0) / (2 * d)
 
 
-def risk(Q, data: GeneralData, lam: float):
+def risk(Q, data: GeneralData, lam: float) -> tuple[float, np.ndarray]:
     """(L(Q), ∂L/∂Q): the exact empirical risk (ridge included) and its gradient (d, r)."""
     n, L, d = data.X.shape
     Xf = data.X.reshape(n * L, d)
@@ -378,7 +380,7 @@ def simulate_fixed_m(
     (r = 1): Q = Q₀ + N y with Q₀ the minimum-norm point of the subspace and N an orthonormal
     basis of the null space of the constraints; ``restarts`` random starts y ~ init_scale ·
     N(0, 1) on the same data.  The finite-d counterpart of
-    :func:`theory.attention.general.model.fixed_m_point`."""
+    :func:`theory.attention.general.fixed_m_point`."""
     from scipy.optimize import minimize
 
     if problem is None:

@@ -1,7 +1,7 @@
-"""Generalised replica state equations (spec §8) and their finite-d simulator.
+"""Generalised replica state equations (docs/attention.md §10) and their finite-d simulator.
 
-Independent references: the L = 2, r = 1 code (theory.attention.model: its own
-prox, split quadrature rule and fixed points), scipy BFGS for the prox, finite differences and
+Independent references: the L = 2, r = 1 code (theory.attention: its own prox, split
+quadrature rule and fixed points), scipy BFGS for the prox, finite differences and
 the full-token risk for the simulator, and finite-d L-BFGS for the new cases (slow tests)."""
 
 import argparse
@@ -11,9 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from theory.attention import model as ps
+from theory import attention as ps
+from theory.attention import general as pg
+from theory.attention import state_equations as se2
 from theory.attention.finite_d import general as eg
-from theory.attention.general import model as pg
+from theory.attention.general import channel as gc
+from theory.attention.general import state_equations as gs
 
 P2 = pg.GeneralParams()  # L = 2, r = r_t = 1, reference A, G = [[1, -1], [-1, 1]]
 P2REF = ps.ERMParams()
@@ -59,15 +62,15 @@ def test_numba_loss_gradient_matches_numpy_and_finite_differences(L, r, rt):
     p = pg.GeneralParams(L=L, r=r, r_t=rt)
     rng = np.random.default_rng(L * 10 + r)
     x = rng.standard_normal((20, L, r))
-    T = pg.teacher_matrix(0.5 * rng.standard_normal((20, L, rt)), p)
-    v1, g1 = pg.loss_grad_reference(x, T, p.s2)
-    v2, g2 = pg.loss_grad(x, T, p.s2)
+    T = gc.teacher_matrix(0.5 * rng.standard_normal((20, L, rt)), p)
+    v1, g1 = gc.loss_grad_reference(x, T, p.s2)
+    v2, g2 = gc.loss_grad(x, T, p.s2)
     assert np.allclose(v1, v2, rtol=1e-13, atol=1e-16)
     assert np.allclose(g1, g2, rtol=1e-12, atol=1e-15)
-    assert np.allclose(v1, pg.loss(x, T, p.s2), rtol=1e-13)
+    assert np.allclose(v1, gc.loss(x, T, p.s2), rtol=1e-13)
     E = rng.standard_normal(x.shape)
     h = 1e-6
-    fd = (pg.loss(x + h * E, T, p.s2) - pg.loss(x - h * E, T, p.s2)) / (2 * h)
+    fd = (gc.loss(x + h * E, T, p.s2) - gc.loss(x - h * E, T, p.s2)) / (2 * h)
     # central differences: O(h²) truncation + 1e-16/h round-off ≈ 1e-10
     assert np.allclose(fd, (g1 * E).sum(axis=(1, 2)), atol=1e-9)
 
@@ -186,8 +189,8 @@ def test_channel_matches_the_L2_split_rule_within_qmc_error():
     # for the split rule's own accuracy (BENCHMARKS.md "ERM (replica theory)")
     q, m, V = 0.0511, 0.2582, 11.37
     nodes = pg.make_nodes(P2, 2**12, 4, rng=11)
-    ch = pg.channel(_o(q, m, 0.0, V), P2, nodes)
-    ref = ps.channel(q, m, 0.0, V, P2REF, ps.make_rule("split", 8, n_r=12, n_phi=24))
+    ch = gs.channel(_o(q, m, 0.0, V), P2, nodes)
+    ref = se2.channel(q, m, 0.0, V, P2REF, ps.make_rule("split", 8, n_r=12, n_phi=24))
     pairs = dict(
         g2=np.einsum("Raa->R", ch["gg"]),
         sg=ch["g"][:, 0, 0] - ch["g"][:, 1, 0],
@@ -216,10 +219,10 @@ def test_L2_fixed_point_is_a_fixed_point_of_the_general_map(branch):
     assert ref.converged
     o = _o(ref.q, ref.m, ref.theta, ref.V)
     nodes = pg.make_nodes(P2, 2**12, 4, rng=3)
-    ch = pg.channel(o, P2, nodes)
+    ch = gs.channel(o, P2, nodes)
     outs = []
     for k in range(4):
-        c = pg._pooled(
+        c = gs.pooled(
             {
                 a: (
                     b[k : k + 1]
@@ -239,7 +242,7 @@ def test_L2_fixed_point_is_a_fixed_point_of_the_general_map(branch):
 def test_fixed_point_status_and_error_bars_on_a_cheap_rule():
     r = pg.fixed_point(2.0, P2, "semantic", n=2**10, n_rep=3, tol=1e-5)
     assert r.status == "converged" and r.branch == "semantic"
-    assert np.all(r.m == 0) and r.err["q"].shape == (1, 1) and r.err["q"][0, 0] > 0
+    assert np.all(r.m == 0) and r.q_err.shape == (1, 1) and r.q_err[0, 0] > 0
     d = r.to_dict()
     json.dumps(d)  # JSON-able (arrays → lists)
     with pytest.raises(ValueError, match="branch"):
@@ -267,7 +270,7 @@ def test_reduction_full_solve_reproduces_the_L2_fixed_point(branch):
         ("eps_t", ref.eps_t, r.eps_t),
         ("eps_g", ref.eps_g, r.eps_g),
     ):
-        se = float(np.ravel(r.err[key])[0])
+        se = float(np.ravel(getattr(r, f"{key}_err"))[0])
         assert abs(mine - val) < 4 * se + 1e-3 * abs(val) + 1e-9, (key, mine, val, se)
 
 
@@ -485,7 +488,7 @@ def test_L3_semantic_theory_against_finite_d_lbfgs(alpha):
         ("eps_g", th.eps_g),
     ):
         ext, se = _extrapolate(s400[key], s800[key])
-        tq = float(np.ravel(th.err[key])[0])
+        tq = float(np.ravel(getattr(th, f"{key}_err"))[0])
         assert abs(ext - tv) < 4 * se + 4 * tq, (key, ext, se, tv, tq)
     assert max(np.linalg.norm(x.m) for x in rs) < 4 / math.sqrt(800)
 
@@ -523,8 +526,8 @@ def test_rank2_mixed_fixed_point_against_finite_d_lbfgs():
         q2=(qe[1], inv_err[1]),
         theta=(np.linalg.svd(th.theta, compute_uv=False)[0], inv_err[2]),
         mm=(np.linalg.eigvalsh(th.m.T @ th.m)[1], inv_err[4]),
-        eps_t=(th.eps_t, float(th.err["eps_t"])),
-        eps_g=(th.eps_g, float(th.err["eps_g"])),
+        eps_t=(th.eps_t, float(th.eps_t_err)),
+        eps_g=(th.eps_g, float(th.eps_g_err)),
     )
     for key, (tv, tq) in theory.items():
         ext, se = _extrapolate(s400[key], s800[key])
@@ -543,12 +546,12 @@ def test_fixed_m_profile_has_its_minimum_at_the_L2_positional_fixed_point():
     r = pg.fixed_m_point(2.0, [ref.m, -ref.m], P2, q0=0.05, V0=11.0, nodes=nodes)
     assert r.converged
     for key, val in (("q", ref.q), ("V", ref.V), ("eps_t", ref.eps_t), ("eps_g", ref.eps_g)):
-        se = float(r.err[key])
+        se = float(getattr(r, f"{key}_err"))
         assert abs(getattr(r, key) - val) < 4 * se + 1e-3 * abs(val), (key, r, val, se)
-    assert abs(r.grad_m[0]) < 4 * float(r.err["grad_m"][0]) + 1e-5
+    assert abs(r.grad_m[0]) < 4 * float(r.grad_m_err[0]) + 1e-5
     for mm in (0.2, 0.32):
         side = pg.fixed_m_point(2.0, [mm, -mm], P2, q0=0.05, V0=11.0, nodes=nodes, error=False)
-        assert side.converged and side.eps_t > r.eps_t + 4 * float(r.err["eps_t"])
+        assert side.converged and side.eps_t > r.eps_t + 4 * float(r.eps_t_err)
 
 
 #: L = 3 rank-1 θ = 0 sector: vertex-type direction of m in the encoding plane
@@ -576,7 +579,7 @@ def test_L3_theta0_sector_rs_profile_is_monotone_and_the_finite_d_landscape_is_g
         assert dif.mean() > 4 * dif.std(ddof=1) / 2, dif
     # the slope along V1 at 0.2 and 0.35 is positive beyond 4 SE
     for x in prof[1:]:
-        assert x.grad_m @ V1 > 4 * (np.abs(V1) @ x.err["grad_m"])
+        assert x.grad_m @ V1 > 4 * (np.abs(V1) @ x.grad_m_err)
     glass = [eg.simulate_fixed_m(1.0, np.zeros(3), P3, d=400, seed=s, restarts=3) for s in range(3)]
     assert all(x.converged for x in glass)
     assert np.mean([x.mutual_ratio for x in glass]) < 0.6
@@ -585,4 +588,4 @@ def test_L3_theta0_sector_rs_profile_is_monotone_and_the_finite_d_landscape_is_g
     sims = [eg.simulate_fixed_m(1.0, 0.35 * V1, P3, d=800, seed=s, restarts=1) for s in range(4)]
     et = np.array([x.eps_t[0] for x in sims])
     se = et.std(ddof=1) / 2
-    assert abs(et.mean() - prof[2].eps_t) < 4 * se + 4 * float(prof[2].err["eps_t"])
+    assert abs(et.mean() - prof[2].eps_t) < 4 * se + 4 * float(prof[2].eps_t_err)

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from theory.attention import model as ps
+from theory import attention as A
+from theory.attention import phases
 from theory.cli import main
 
 FP_KEYS = {"q", "m", "theta", "V", "eps_t", "eps_g", "branch", "status", "iterations"}
@@ -39,7 +40,7 @@ def test_fixed_point_json_contract_and_agreement_with_the_api(capsys):
     assert code == 0
     assert FP_KEYS <= set(d)
     assert d["status"] == "converged" and d["branch"] == "semantic" and d["m"] == 0.0
-    r = ps.fixed_point(1.5, ps.ERMParams(omega=0.3), "semantic", method="gh", nodes=6)
+    r = A.fixed_point(1.5, A.ERMParams(omega=0.3), "semantic", method="gh", nodes=6)
     for k in ("q", "theta", "V", "eps_t", "eps_g"):
         assert d[k] == pytest.approx(getattr(r, k), rel=1e-12)
 
@@ -92,7 +93,7 @@ def test_curve_writes_csv_with_both_branches_global_and_baseline(tmp_path, capsy
     kinds = {r["kind"] for r in rows}
     assert {"semantic", "positional", "global", "baseline"} <= kinds
     base = [r for r in rows if r["kind"] == "baseline"]
-    assert float(base[0]["eps_g"]) == pytest.approx(ps.linear_baseline(ps.ERMParams()), rel=1e-12)
+    assert float(base[0]["eps_g"]) == pytest.approx(A.linear_baseline(A.ERMParams()), rel=1e-12)
     assert d["eps_g_lin"] == pytest.approx(float(base[0]["eps_g"]), rel=1e-12)
     # the global minimiser is the lower-ε_t branch among the converged, correctly labelled ones
     for a in ("2.0",):
@@ -150,12 +151,10 @@ def test_simulate_default_method_converges_and_matches_the_api(capsys):
         "runs",
     ):
         assert k in d
-    from theory.attention.finite_d.gd import simulate_gd
-
     for run in d["runs"]:
         assert run["status"] == "converged" and run["method"] == "nesterov"
         assert run["grad_rms"] < 1e-6
-        r = simulate_gd(2.0, 0.3, 60, "semantic", run["seed"])
+        r = A.simulate_gd(2.0, A.ERMParams(omega=0.3), 60, "semantic", run["seed"])
         for k in ("q", "m", "theta", "eps_t", "eps_g", "iterations"):
             assert run[k] == pytest.approx(getattr(r, k), rel=1e-12), k
 
@@ -197,7 +196,12 @@ def test_phase_diagram_heatmap_is_the_simulated_delta_eps_t(tmp_path, capsys, mo
             message="",
         )
     ]
-    monkeypatch.setattr(ps, "phase_diagram", lambda omegas, p, **kw: [dict(rows[0])])
+
+    class _Stub:  # what phase_diagram returns, as far as the CLI reads it
+        def rows(self):
+            return [dict(rows[0])]
+
+    monkeypatch.setattr(phases, "phase_diagram", lambda omegas, p, **kw: _Stub())
     fig = tmp_path / "pd.png"
     code, d = run_json(
         capsys,
@@ -223,11 +227,11 @@ def test_phase_diagram_heatmap_is_the_simulated_delta_eps_t(tmp_path, capsys, mo
     assert fig.exists() and fig.stat().st_size > 1000
     h = d["heatmap"]
     assert h["alphas"] == [1.0, 2.0] and h["omegas"] == [0.3] and h["d"] == 20
-    from theory.attention.finite_d.gd import simulate_gd
-
     for j, a in enumerate((1.0, 2.0)):
         e = {
-            i: simulate_gd(a, 0.3, 20, i, 0, method="lbfgs", tol=1e-7, n_test=10).eps_t
+            i: A.simulate_gd(
+                a, A.ERMParams(omega=0.3), 20, i, 0, method="lbfgs", tol=1e-7, n_test=10
+            ).eps_t
             for i in ("semantic", "positional")
         }
         assert h["delta_eps_t"][0][j] == pytest.approx(

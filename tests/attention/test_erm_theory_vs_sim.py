@@ -1,7 +1,7 @@
-"""Replica theory (models.positional_semantic) vs finite-d minimisation of the empirical risk.
+"""Replica theory (theory.attention) vs finite-d minimisation of the empirical risk.
 
-Protocol (spec §6): for each seed, minimise L(Q) from the branch's initialisation (semantic
-Q = Q*, positional Q = 1_d/sqrt(d)) with L-BFGS (same minimiser as GD: tests/test_erm_gd.py),
+Protocol (docs/attention.md §8): for each seed, minimise L(Q) from the branch's initialisation
+(semantic Q = Q*, positional Q = 1_d/sqrt(d)) with L-BFGS (same minimiser as GD: test_erm_gd.py),
 at d = 400 and 4 seeds, at omega = 0.3 and alpha = 1.0 < alpha_c < alpha = 2.0.
 
 Tolerances: |mean over seeds - theory| <= 4 standard errors of the seed mean + a finite-d
@@ -18,14 +18,15 @@ These tests solve the state equations and run 16 minimisations at d = 400: marke
 import numpy as np
 import pytest
 
-from theory.attention.finite_d.gd import make_problem, simulate_gd
+from theory import attention as A
+from theory.attention.finite_d.problem import make_problem
 
 D, SEEDS, OMEGA = 400, (0, 1, 2, 3), 0.3
+P = A.ERMParams(omega=OMEGA)
 
 
 def _theory(alpha, branch):
-    ps = pytest.importorskip("theory.attention.model")
-    r = ps.fixed_point(alpha, ps.ERMParams(omega=OMEGA), branch)
+    r = A.fixed_point(alpha, P, branch)
     assert r.converged, r.message
     return r
 
@@ -33,8 +34,8 @@ def _theory(alpha, branch):
 def _sims(alpha, init):
     rows = []
     for s in SEEDS:
-        pb = make_problem(alpha, OMEGA, D, s, n_test=4000)
-        r = simulate_gd(alpha, OMEGA, D, init, s, method="lbfgs", tol=1e-7, problem=pb)
+        pb = make_problem(alpha, P, D, s, n_test=4000)
+        r = A.simulate_gd(alpha, P, D, init, s, method="lbfgs", tol=1e-7, problem=pb)
         assert r.status == "converged"
         rows.append(r)
     return rows
@@ -76,11 +77,24 @@ def test_global_minimiser_switches_at_alpha_c():
         assert np.sign(dsim.mean()) == np.sign(dth), (alpha, dsim, dth)
 
 
-@pytest.mark.parametrize("omega", [0.0, 0.3, 0.7])
-def test_linear_baseline_two_implementations(omega):
-    # plots.erm (tensor GH over h ~ N(0, sigma^2 I_2), 60 nodes) vs the theory module's own
-    ps = pytest.importorskip("theory.attention.model")
-    from theory.attention.figures.simulation import linear_baseline
+def _baseline_by_gauss_hermite(omega, sigma=0.5, nodes=60):
+    """Independent reference: (σ²/2)(1−ω)² Σ_ij Var softmax(hh^T)_ij by tensor Gauss-Hermite over
+    h ~ N(0, σ² I_2) directly (the model integrates the 2-D moments in other variables)."""
+    from theory.gauss import expect
 
-    ref = ps.linear_baseline(ps.ERMParams(omega=omega))
-    assert linear_baseline(omega) == pytest.approx(ref, rel=1e-9)
+    def f(h):
+        u = h[:, 0] * (h[:, 0] - h[:, 1])
+        v = h[:, 1] * (h[:, 1] - h[:, 0])
+        a = 0.5 * (1 + np.tanh(0.5 * u))
+        b = 0.5 * (1 + np.tanh(0.5 * v))
+        return np.stack([a, b, a**2, b**2], -1)
+
+    e = expect(f, np.zeros(2), sigma**2 * np.eye(2), method="gh", n=nodes).value
+    var = 2 * (e[2] - e[0] ** 2) + 2 * (e[3] - e[1] ** 2)  # S_12 = 1 - a has Var a, etc.
+    return 0.5 * sigma**2 * (1 - omega) ** 2 * var
+
+
+@pytest.mark.parametrize("omega", [0.0, 0.3, 0.7])
+def test_linear_baseline_against_a_direct_gauss_hermite_reference(omega):
+    ref = A.linear_baseline(A.ERMParams(omega=omega))
+    assert _baseline_by_gauss_hermite(omega) == pytest.approx(ref, rel=1e-9)

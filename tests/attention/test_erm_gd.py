@@ -3,29 +3,24 @@
 import numpy as np
 import pytest
 
-from theory.attention.finite_d.data import (
-    make_teacher,
-    sample_data,
-    sample_loss,
-    sample_loss_grad,
-    sample_loss_hess,
-)
+from theory import attention as A
+from theory.attention.channel import sample_loss, sample_loss_grad, sample_loss_hess
+from theory.attention.finite_d.data import make_teacher, sample_data
 from theory.attention.finite_d.gd import (
     barzilai_borwein,
     gradient_descent,
     lbfgs,
-    make_problem,
-    naive_risk,
     nesterov,
-    overlaps,
-    risk,
     simulate_gd,
 )
+from theory.attention.finite_d.problem import make_problem, naive_risk, overlaps, risk
+
+P03 = A.ERMParams(omega=0.3)
 
 
 def test_exact_reduction_matches_full_softmax():
     # the (kappa, a*, b*, c) reduction is exact at any d: compare with softmax(XQ(XQ)^T/d) X - Y
-    pb = make_problem(1.5, 0.3, 30, seed=3, keep_targets=True, n_test=10)
+    pb = make_problem(1.5, P03, 30, seed=3, keep_targets=True, n_test=10)
     rng = np.random.default_rng(0)
     for scale in (0.1, 1.0, 3.0):
         Q = scale * rng.standard_normal(30) + 0.2
@@ -34,7 +29,7 @@ def test_exact_reduction_matches_full_softmax():
 
 
 def test_analytic_gradient_matches_finite_differences():
-    pb = make_problem(2.0, 0.5, 40, seed=1, n_test=10)
+    pb = make_problem(2.0, A.ERMParams(omega=0.5), 40, seed=1, n_test=10)
     Q = np.random.default_rng(2).standard_normal(40) * 0.8 + 0.3
     _, g = risk(Q, pb.train, 0.01)
     eps = 1e-6
@@ -74,7 +69,7 @@ def test_sample_hessian_matches_finite_differences():
 def test_channel_tends_to_the_effective_loss():
     # E|x1 - x2|^2 = 2 d sigma^2 + |p1 - p2|^2 = 2 d sigma^2 + 4 exactly -> E kappa = sigma^2 + 2/d
     d, n, sigma = 500, 4000, 0.5
-    data = sample_data(make_teacher(d, 0.3, sigma=sigma, rng=0), n, rng=1)
+    data = sample_data(make_teacher(d, A.ERMParams(omega=0.3, sigma=sigma), rng=0), n, rng=1)
     se = data.kappa.std(ddof=1) / np.sqrt(n)
     assert abs(data.kappa.mean() - (sigma**2 + 2 / d)) < 4 * se  # 4 standard errors
     # a* -> T_11 with O(1/sqrt(d)) fluctuations (cross products z1.z2 ~ sqrt(d) sigma^2)
@@ -85,7 +80,7 @@ def test_channel_tends_to_the_effective_loss():
 
 
 def test_overlap_normalisations():
-    pb = make_problem(1.0, 0.3, 200, seed=0, n_test=10)
+    pb = make_problem(1.0, P03, 200, seed=0, n_test=10)
     t = pb.teacher
     assert t.rho == pytest.approx(0.25, rel=1e-12)  # normalised teacher: rho = sigma^2
     ov = overlaps(t.qstar, t)  # Q = Q*: theta = q = rho = sigma^2 |Q*|^2/d
@@ -100,7 +95,7 @@ def test_overlap_normalisations():
 
 def test_gd_reaches_the_lbfgs_minimum():
     # plain GD (lr 0.15) and L-BFGS from the same start land on the same local minimiser
-    pb = make_problem(2.0, 0.3, 60, seed=4, n_test=10)
+    pb = make_problem(2.0, P03, 60, seed=4, n_test=10)
     Q0 = pb.teacher.qstar.copy()
     Qg, st, _, grms, _ = gradient_descent(Q0, pb.train, 0.01, lr=0.15, steps=20000, tol=1e-7)
     Ql, st2, _, _, _ = lbfgs(Q0, pb.train, 0.01, tol=1e-9)
@@ -118,7 +113,7 @@ def test_accelerated_methods_converge_where_plain_gd_does_not(init):
     # the minimum and is still at max_iter after the same budget.  All land on the L-BFGS
     # minimiser (gradient 1e-8 and Hessian >= ~lam: |Q - Q_min| <~ 1e-6 sqrt(d) per coordinate)
     d = 300
-    pb = make_problem(2.0, 0.3, d, seed=2, n_test=10)
+    pb = make_problem(2.0, P03, d, seed=2, n_test=10)
     Q0 = pb.teacher.qstar.copy() if init == "semantic" else np.full(d, 1 / np.sqrt(d))
     Ql, stl, _, _, _ = lbfgs(Q0, pb.train, 0.01, tol=1e-9)
     assert stl == "converged"
@@ -132,8 +127,8 @@ def test_accelerated_methods_converge_where_plain_gd_does_not(init):
 
 
 def test_simulate_gd_result_fields_and_seed_sharing():
-    r1 = simulate_gd(1.0, 0.3, 50, "semantic", seed=7, method="lbfgs", n_test=500)
-    r2 = simulate_gd(1.0, 0.3, 50, "positional", seed=7, method="lbfgs", n_test=500)
+    r1 = simulate_gd(1.0, P03, 50, "semantic", seed=7, method="lbfgs", n_test=500)
+    r2 = simulate_gd(1.0, P03, 50, "positional", seed=7, method="lbfgs", n_test=500)
     assert r1.status == "converged" and r1.n == 50 and r1.init == "semantic"
     for f in ("q", "m", "theta", "theta_over_sigma2", "eps_t", "eps_g", "iterations"):
         assert f in r1.row()
@@ -157,9 +152,27 @@ def test_simulate_gd_result_fields_and_seed_sharing():
     ],
 )
 def test_bad_input(kw):
-    args = dict(alpha=1.0, omega=0.3, d=20, init="semantic")
-    args.update(kw)
+    model = {"omega": 0.3, **{k: v for k, v in kw.items() if k in ("omega", "sigma", "lam", "A")}}
+    args = dict(alpha=1.0, d=20, init="semantic")
+    args.update({k: v for k, v in kw.items() if k not in model})
     with pytest.raises(ValueError):
         simulate_gd(
-            args.pop("alpha"), args.pop("omega"), args.pop("d"), args.pop("init"), n_test=10, **args
+            args.pop("alpha"),
+            model,
+            args.pop("d"),
+            args.pop("init"),
+            n_test=10,
+            **args,
         )
+
+
+def test_finite_d_side_accepts_the_asymmetric_A_the_theory_accepts():
+    # one ERMParams for theory and simulation: an asymmetric row-stochastic A is valid for both
+    # (the data's exact per-sample reduction holds for any A: checked against the full tokens)
+    p = A.ERMParams(omega=0.5, A=[[0.3, 0.7], [0.8, 0.2]])
+    pb = make_problem(1.5, p, 30, seed=1, keep_targets=True, n_test=10)
+    Q = np.random.default_rng(3).standard_normal(30) + 0.1
+    assert risk(Q, pb.train, p.lam)[0] == pytest.approx(naive_risk(Q, pb.train, p.lam), rel=1e-12)
+    assert np.allclose(pb.train.T.sum(axis=2), 1.0)
+    r = simulate_gd(1.5, p, 30, "positional", 1, method="lbfgs", n_test=50)
+    assert r.status == "converged" and r.params["A"] == [[0.3, 0.7], [0.8, 0.2]]

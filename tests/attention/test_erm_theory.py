@@ -5,20 +5,21 @@ import math
 
 import pytest
 
-from theory.attention import model as ps
+from theory import attention as A
+from theory.attention import quadrature, state_equations
 
-P = ps.ERMParams()
+P = A.ERMParams()
 # a cheap split rule for the fast tests (η 6x6, 12 radii, 24 scan angles)
-COARSE = ps.make_rule("split", 6, n_r=12, n_phi=24)
+COARSE = A.make_rule("split", 6, n_r=12, n_phi=24)
 
 
 def test_split_rule_matches_tensor_gauss_hermite_where_the_prox_is_unique():
     # small V: I/V + ∇²ℓ is positive definite everywhere that matters, the prox is single-valued
     # and smooth, so plain tensor Gauss-Hermite converges fast and is an independent reference
     q, m, th, V = 0.3, 0.2, 0.15, 0.5
-    gh = ps.channel(q, m, th, V, P, ps.make_rule("gh", 14))
-    gh2 = ps.channel(q, m, th, V, P, ps.make_rule("gh", 18))
-    sp = ps.channel(q, m, th, V, P, ps.make_rule("split", 14, n_r=20, n_phi=24))
+    gh = state_equations.channel(q, m, th, V, P, A.make_rule("gh", 14))
+    gh2 = state_equations.channel(q, m, th, V, P, A.make_rule("gh", 18))
+    sp = state_equations.channel(q, m, th, V, P, A.make_rule("split", 14, n_r=20, n_phi=24))
     assert sp["jumps"] == 0
     for k in ("g2", "sg", "geta", "gxi", "M", "eps_g"):
         tol = 5 * abs(gh[k] - gh2[k]) + 1e-9 * max(1.0, abs(gh[k]))  # GH's own convergence
@@ -32,9 +33,11 @@ def test_stein_forms_equal_derivative_forms_without_jumps():
     alpha = 1.7
     q, m, th, V = 0.3, 0.2, 0.15, 0.5
     # (the split rule: plain GH with 16^4 nodes is only converged to ~1e-5 for E[g ξ])
-    ch = ps.channel(q, m, th, V, P, ps.make_rule("split", 12, n_r=20, n_phi=24), jac=True)
+    ch = state_equations.channel(
+        q, m, th, V, P, A.make_rule("split", 12, n_r=20, n_phi=24), jac=True
+    )
     assert ch["jumps"] == 0
-    h = ps.hats_from_channel(alpha, q, m, th, V, ch, P)
+    h = state_equations.hats_from_channel(alpha, q, m, th, V, ch, P)
     assert h["Vhat"] == pytest.approx(h["Vhat_jac"], rel=1e-6)
     assert h["thetahat"] == pytest.approx(h["thetahat_jac"], rel=1e-6)
 
@@ -44,20 +47,20 @@ def test_stein_and_derivative_forms_differ_by_the_jump_term_on_the_positional_br
     # overestimates V̂ (jumps move x̂ forward with ω).  The Stein form is the correct one (it is
     # the derivative of E[M], checked in test_phi_is_stationary_at_the_fixed_point).
     q, m, V = 0.051, 0.258, 11.37
-    ch = ps.channel(q, m, 0.0, V, P, COARSE, jac=True)
-    h = ps.hats_from_channel(2.0, q, m, 0.0, V, ch, P)
+    ch = state_equations.channel(q, m, 0.0, V, P, COARSE, jac=True)
+    h = state_equations.hats_from_channel(2.0, q, m, 0.0, V, ch, P)
     assert ch["jumps"] > 0
     assert h["Vhat_jac"] > h["Vhat"] * 1.02  # measured: +4.7 % at this point
 
 
 @pytest.fixture(scope="module")
 def fp_pos():
-    return ps.fixed_point(2.0, P, "positional", rule=COARSE, coarse=False, tol=1e-9)
+    return A.fixed_point(2.0, P, "positional", rule=COARSE, coarse=False, tol=1e-9)
 
 
 @pytest.fixture(scope="module")
 def fp_sem():
-    return ps.fixed_point(2.0, P, "semantic", rule=COARSE, coarse=False, tol=1e-9)
+    return A.fixed_point(2.0, P, "semantic", rule=COARSE, coarse=False, tol=1e-9)
 
 
 def test_fixed_points_converge_and_are_labelled_from_order_parameters(fp_pos, fp_sem):
@@ -87,7 +90,10 @@ def _phi_grad(r, rule):
         dn = dict(o)
         up[k] += d
         dn[k] -= d
-        out[k] = (ps.phi_at(r.alpha, up, h, P, rule) - ps.phi_at(r.alpha, dn, h, P, rule)) / (2 * d)
+        out[k] = (
+            state_equations.phi_at(r.alpha, up, h, P, rule)
+            - state_equations.phi_at(r.alpha, dn, h, P, rule)
+        ) / (2 * d)
     return out, o, h
 
 
@@ -113,13 +119,13 @@ def test_exact_symmetries_theta_and_m(fp_pos, fp_sem):
     # m = 0 is invariant on the semantic branch for A_11 = A_22: m̂ vanishes to round-off.
     # Computed on the full η grid (symmetry=False: nothing imposed).
     r = fp_pos
-    ch = ps.channel(r.q, r.m, 0.0, r.V, P, COARSE, symmetry=False)
-    h = ps.hats_from_channel(r.alpha, r.q, r.m, 0.0, r.V, ch, P)
+    ch = state_equations.channel(r.q, r.m, 0.0, r.V, P, COARSE, symmetry=False)
+    h = state_equations.hats_from_channel(r.alpha, r.q, r.m, 0.0, r.V, ch, P)
     assert abs(h["thetahat"]) < 1e-10 * abs(h["mhat"])
     assert h["Vhat"] == pytest.approx(r.Vhat, rel=1e-9)  # the symmetric shortcut is exact
     r = fp_sem
-    ch = ps.channel(r.q, 0.0, r.theta, r.V, P, COARSE, symmetry=False)
-    h = ps.hats_from_channel(r.alpha, r.q, 0.0, r.theta, r.V, ch, P)
+    ch = state_equations.channel(r.q, 0.0, r.theta, r.V, P, COARSE, symmetry=False)
+    h = state_equations.hats_from_channel(r.alpha, r.q, 0.0, r.theta, r.V, ch, P)
     assert abs(h["mhat"]) < 1e-8 * abs(h["thetahat"])
     assert h["Vhat"] == pytest.approx(r.Vhat, rel=1e-9)
 
@@ -132,20 +138,20 @@ def test_positional_beats_semantic_at_small_alpha_and_loses_at_large_alpha():
     e = {}
     for a in (0.5, 3.0):
         for b in ("positional", "semantic"):
-            r = ps.fixed_point(a, P, b, rule=COARSE, coarse=False, tol=1e-7, max_iter=150)
+            r = A.fixed_point(a, P, b, rule=COARSE, coarse=False, tol=1e-7, max_iter=150)
             e[a, b] = r.eps_t if (r.converged and r.branch == b) else math.inf
     assert math.isfinite(e[0.5, "positional"]) and e[0.5, "positional"] < e[0.5, "semantic"]
     assert math.isfinite(e[3.0, "semantic"]) and e[3.0, "semantic"] < e[3.0, "positional"]
 
 
 def test_trivial_branch_stays_trivial():
-    r = ps.fixed_point(1.0, P, "trivial", rule=COARSE, coarse=False)
+    r = A.fixed_point(1.0, P, "trivial", rule=COARSE, coarse=False)
     assert r.m == 0.0 and r.theta == 0.0 and r.branch == "trivial"
 
 
 @pytest.mark.slow
 def test_damped_iteration_agrees_with_anderson(fp_sem):
-    r = ps.fixed_point(
+    r = A.fixed_point(
         2.0,
         P,
         "semantic",
@@ -163,13 +169,13 @@ def test_damped_iteration_agrees_with_anderson(fp_sem):
 
 def test_bad_inputs_raise_value_errors():
     with pytest.raises(ValueError, match="alpha"):
-        ps.fixed_point(-1.0, P)
+        A.fixed_point(-1.0, P)
     with pytest.raises(ValueError, match="mixing"):
-        ps.fixed_point(1.0, P, mixing=0.0)
+        A.fixed_point(1.0, P, mixing=0.0)
     with pytest.raises(ValueError, match="rho - theta"):
-        ps.channel(0.1, 0.0, 0.5, 1.0, P, COARSE)
+        state_equations.channel(0.1, 0.0, 0.5, 1.0, P, COARSE)
     with pytest.raises(ValueError, match="method"):
-        ps.make_rule("simpson")
+        A.make_rule("simpson")
 
 
 @pytest.mark.slow
@@ -178,10 +184,10 @@ def test_quadrature_converged_when_nodes_are_raised():
     # one (h = 0.35, 24 radii, 32 angles, 6 arc nodes) at the positional and semantic fixed
     # points (ω = 0.3, α = 2): the 1e-4 relative on every reported quantity (measured:
     # positional q 4e-5, m 1.1e-5, V 1.8e-5, ε_t 1.6e-6, ε_g 1.1e-5; semantic < 1e-6)
-    fine = ps.make_rule("split", h=0.35, n_r=24, n_phi=32, n_arc=6)
+    fine = A.make_rule("split", h=0.35, n_r=24, n_phi=32, n_arc=6)
     for b in ("positional", "semantic"):
-        r0 = ps.fixed_point(2.0, P, b, tol=1e-8)
-        r1 = ps.fixed_point(2.0, P, b, rule=fine, init=r0, tol=1e-8)
+        r0 = A.fixed_point(2.0, P, b, tol=1e-8)
+        r1 = A.fixed_point(2.0, P, b, rule=fine, init=r0, tol=1e-8)
         assert r0.converged and r1.converged
         for k in ("q", "V", "eps_t", "eps_g") + (("m",) if b == "positional" else ("theta",)):
             assert getattr(r1, k) == pytest.approx(getattr(r0, k), rel=1e-4), (b, k)
@@ -189,11 +195,11 @@ def test_quadrature_converged_when_nodes_are_raised():
 
 @pytest.mark.slow
 def test_semantic_branch_learns_the_teacher_at_omega_zero():
-    r = ps.fixed_point(6.0, P.replace(omega=0.0), "semantic")
+    r = A.fixed_point(6.0, P.replace(omega=0.0), "semantic")
     assert r.converged
     assert r.theta / P.s2 > 0.9
     # measured (6²/12/24 rule): θ/σ² = 0.929, ε_g = 8.6e-5 = 0.021 ε_g^lin
-    assert r.eps_g < 0.05 * ps.linear_baseline(P.replace(omega=0.0))
+    assert r.eps_g < 0.05 * A.linear_baseline(P.replace(omega=0.0))
     assert math.isfinite(r.eps_t)
 
 
@@ -202,9 +208,9 @@ def test_four_fold_eta_symmetry_gives_the_unsymmetrised_sums(point):
     # η → -η and the swap ℓ1 ↔ ℓ2 (A_11 = A_22): a quarter of the η nodes, the same sums up to
     # the skipped negligible-weight circles (measured ~1e-9 relative)
     q, m, th, V = point
-    rule = ps.make_rule("split", 8, n_r=10, n_phi=16, n_arc=4)
-    a = ps.channel(q, m, th, V, P, rule, symmetry=True)
-    b = ps.channel(q, m, th, V, P, rule, symmetry=False)
+    rule = A.make_rule("split", 8, n_r=10, n_phi=16, n_arc=4)
+    a = state_equations.channel(q, m, th, V, P, rule, symmetry=True)
+    b = state_equations.channel(q, m, th, V, P, rule, symmetry=False)
     for k in ("g2", "sg", "geta", "gxi", "M", "eps_g"):
         assert a[k] == pytest.approx(b[k], rel=1e-7, abs=1e-12), k
 
@@ -212,7 +218,7 @@ def test_four_fold_eta_symmetry_gives_the_unsymmetrised_sums(point):
 def test_trapezoid_eta_rule_is_symmetric_and_integrates_gaussian_moments():
     import numpy as np
 
-    x, w = ps.eta_rule(ps.make_rule("split", h=0.5))
+    x, w = quadrature.eta_rule(A.make_rule("split", h=0.5))
     assert len(x) % 2 == 0 and np.allclose(x, -x[::-1])
     # the trapezoidal rule is spectrally accurate for entire integrands: E[1], E[z²], E[z⁴]
     # (the domain is cut at ±ETA_CUT = 7.5 where the density is 1e-12.6)
@@ -236,18 +242,18 @@ def test_trapezoid_eta_rule_is_symmetric_and_integrates_gaussian_moments():
         epsrel=1e-13,
         limit=200,
     )[0]
-    x, w = ps.eta_rule(ps.make_rule("split", h=0.35))
+    x, w = quadrature.eta_rule(A.make_rule("split", h=0.35))
     xg, wg = gh_rule(len(x))
     assert abs((w * g(x)).sum() - ref) < 1e-9
     assert abs((wg * g(xg)).sum() - ref) > 1e-7
 
 
 def test_default_rule_is_the_trapezoid_in_eta():
-    r = ps.make_rule()
-    assert r.eta == "trap" and r.h == ps.SPLIT_DEFAULT["h"]
-    assert ps.make_rule("split", 10).eta == "gh"  # giving only nodes selects Gauss-Hermite
+    r = A.make_rule()
+    assert r.eta == "trap" and r.h == quadrature.SPLIT_DEFAULT["h"]
+    assert A.make_rule("split", 10).eta == "gh"  # giving only nodes selects Gauss-Hermite
     with pytest.raises(ValueError, match="h"):
-        ps.make_rule("split", h=5.0)
+        A.make_rule("split", h=5.0)
 
 
 @pytest.mark.slow
@@ -258,9 +264,9 @@ def test_curve_continuation_matches_cold_solves_and_stops_at_the_branch_end():
     # few 1e-6).  Backward along the semantic branch, α = 0.6 lies below its end (~0.75):
     # it collapses there and is not continued to 0.55.
     alphas = [0.55, 0.6, 1.9, 2.0, 2.1]
-    rs = {(r.branch_init, r.alpha): r for r in ps.curve(alphas, P)}
+    rs = {(r.init, r.alpha): r for r in A.curve(alphas, P)}
     for b in ("semantic", "positional"):
-        cold = ps.fixed_point(2.0, P, b)
+        cold = A.fixed_point(2.0, P, b)
         warm = rs[b, 2.0]
         assert warm.converged and warm.branch == b
         for k in ("q", "m", "theta", "V", "eps_t", "eps_g"):

@@ -4,17 +4,23 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from theory.attention.finite_d.gamp import (
-    _phi,
-    default_fd_delta,
-    fd_divergence,
+from theory import attention as A
+from theory.attention.channel import sample_loss, sample_loss_grad
+from theory.attention.finite_d.gamp import default_fd_delta, fd_divergence, run_gamp
+from theory.attention.finite_d.gd import lbfgs
+from theory.attention.finite_d.problem import make_problem, risk
+from theory.attention.finite_d.state_evolution import (
     large_d_gram,
-    prox,
-    run_gamp,
     state_evolution,
     state_evolution_onetime,
 )
-from theory.attention.finite_d.gd import lbfgs, make_problem, risk
+from theory.attention.proximal import prox_newton_reference, prox_rows
+
+P03 = A.ERMParams(omega=0.3)
+
+
+def _phi(x, kappa, a, b):
+    return sample_loss(x, kappa, a, b)
 
 
 def _hard_cases(n, seed):
@@ -30,9 +36,10 @@ def _hard_cases(n, seed):
 
 
 def test_prox_is_the_global_minimum():
+    # the one prox (numba kernel, per-sample kappa, targets, V) on the exact channel's hard cases
     n = 40
     w, V, kap, a, b = _hard_cases(n, 0)
-    p = prox(w, V, kap, a, b)
+    p = prox_rows(w, V, kap, a, b)
     for i in range(n):
 
         def f(x, i=i):
@@ -56,36 +63,36 @@ def test_prox_is_the_global_minimum():
 def test_prox_jacobian_matches_finite_differences():
     n = 200
     w, V, kap, a, b = _hard_cases(n, 1)
-    p = prox(w, V, kap, a, b)
+    p = prox_rows(w, V, kap, a, b)
     eps = 1e-6
     J = np.zeros((n, 2, 2))
     for k in range(2):
         dw = np.zeros(2)
         dw[k] = eps
-        J[:, :, k] = (prox(w + dw, V, kap, a, b).x - prox(w - dw, V, kap, a, b).x) / (2 * eps)
+        J[:, :, k] = (prox_rows(w + dw, V, kap, a, b).x - prox_rows(w - dw, V, kap, a, b).x) / (
+            2 * eps
+        )
     err = np.abs(J - p.jac).max(axis=(1, 2))
     # away from the (measure-zero) jumps of the global minimiser the prox is smooth: the
     # central difference is accurate to ~1e-8; allow a couple of cases straddling a jump
     assert np.mean(err < 1e-5) >= 0.98
     # first-order condition: x - w + V grad(phi) = 0
-    from theory.attention.finite_d.data import sample_loss_grad
-
     _, g = sample_loss_grad(p.x, kap, a, b, 0.0)
     assert np.abs(p.x - w + V[:, None] * g).max() < 1e-10
 
 
-def test_prox_agrees_with_the_theory_prox():
-    # E1's numba prox (effective channel ℓ = σ²[(a - t1)² + (b - t2)²]) and ours: same minimum
-    ps = pytest.importorskip("theory.attention.model")
+def test_prox_agrees_with_the_numpy_newton_reference():
+    # the theory's effective-channel prox (numba, ℓ = σ²[(a - t1)² + (b - t2)²]) and the
+    # vectorised numpy Newton reference with its own start set: same minimum
     rng = np.random.default_rng(3)
     n = 400
-    params = ps.ERMParams(omega=0.3)
+    params = P03
     w = rng.standard_normal((n, 2)) * 0.8
     hs = rng.standard_normal((n, 2)) * 0.5
     V = 3.0
-    ref = ps.prox(w, hs, V, params)
-    t = ps.teacher_diag(hs, params)
-    ours = prox(w, V, np.full(n, 0.25), t[:, 0], t[:, 1])
+    ref = A.prox(w, hs, V, params)
+    t = A.teacher_diag(hs, params)
+    ours = prox_newton_reference(w, V, np.full(n, 0.25), t[:, 0], t[:, 1])
     np.testing.assert_allclose(ours.value, ref.value, rtol=1e-10, atol=1e-13)
     same = np.abs(ours.x - ref.x).max(1) < 1e-6  # differs only on ties between two basins
     assert same.mean() > 0.99
@@ -100,7 +107,7 @@ def test_fd_divergence_is_the_jacobian_where_the_prox_is_smooth():
     w = rng.standard_normal((n, 2)) * 0.5
     kap, a, b = np.full(n, 0.25), rng.uniform(0.3, 0.7, n), rng.uniform(0.3, 0.7, n)
     V = 0.5
-    px = prox(w, V, kap, a, b)
+    px = prox_rows(w, V, kap, a, b)
     jac = (np.trace(px.jac, axis1=1, axis2=2) - 2) / V
     div, switched = fd_divergence(w, V, kap, a, b, 1e-4, px=px)
     assert switched == 0.0
@@ -110,8 +117,9 @@ def test_fd_divergence_is_the_jacobian_where_the_prox_is_smooth():
         fd_divergence(w, V, kap, a, b, 0.0)
 
 
-# Replica positional fixed point at alpha = 2, omega = 0.3 (E1's fixed_point, split rule, tol
-# 1e-8, diagnostics=True): q, m, V, Vhat (Stein form: jumps included), mean per-sample Jacobian.
+# Replica positional fixed point at alpha = 2, omega = 0.3 (theory.attention.fixed_point, split
+# rule, tol 1e-8, diagnostics=True): q, m, V, Vhat (Stein form: jumps included), mean
+# per-sample Jacobian.
 POS_FP = dict(
     q=0.05107055450144431,
     m=0.2582291245344698,
@@ -123,17 +131,16 @@ POS_FP = dict(
 
 def test_fd_divergence_recovers_the_full_divergence_on_the_positional_branch():
     # A population of the large-d channel at the replica positional fixed point (theta = 0:
-    # w = s m + sqrt(q) xi, h* = sigma eta): the replica Vhat (independent: E1's quadrature
+    # w = s m + sqrt(q) xi, h* = sigma eta): the replica Vhat (independent: the theory's quadrature
     # with the jump split) is 7.6 % below the mean per-sample Jacobian.  Measured over 6
     # populations of 40000 (BENCHMARKS.md): fd -0.8 % +- 1.0 % (sd), jacobian +7.9 % +- 0.4 %.
     # Here n = 20000 (sd ~1.4 % / 0.6 %): fd within 4.5 % (bias + 2.5 sd), jacobian above 5 %
     # (5 sd below its mean).
-    ps = pytest.importorskip("theory.attention.model")
     fp, alpha, n = POS_FP, 2.0, 20_000
     rng = np.random.default_rng(0)
     w = np.sqrt(fp["q"]) * rng.standard_normal((n, 2)) + np.array([1.0, -1.0]) * fp["m"]
-    t = ps.teacher_diag(0.5 * rng.standard_normal((n, 2)), ps.ERMParams(omega=0.3))
-    px = prox(w, fp["V"], 0.25, t[:, 0], t[:, 1])
+    t = A.teacher_diag(0.5 * rng.standard_normal((n, 2)), P03)
+    px = prox_rows(w, fp["V"], 0.25, t[:, 0], t[:, 1])
     div, switched = fd_divergence(w, fp["V"], 0.25, t[:, 0], t[:, 1], default_fd_delta(n), px=px)
     jac = (np.trace(px.jac, axis1=1, axis2=2) - 2) / fp["V"]
     assert abs(-alpha * div.mean() / fp["Vhat"] - 1) < 0.045
@@ -145,13 +152,10 @@ def test_fd_divergence_recovers_the_full_divergence_on_the_positional_branch():
 def test_gamp_fixed_point_is_a_stationary_point_of_the_risk(init):
     # exact finite-d channel: at a fixed point lam Q = -grad sum_mu l_mu, so GD does not move
     alpha, d = 2.0 if init == "semantic" else 1.0, 150
-    pb = make_problem(alpha, 0.3, d, seed=0, n_test=200)
+    pb = make_problem(alpha, P03, d, seed=0, n_test=200)
     r, Q = run_gamp(
         alpha,
-        0.3,
-        d,
-        init,
-        0,
+        init=init,
         problem=pb,
         mixing=0.3,
         V0=10.0,
@@ -171,30 +175,32 @@ def test_gamp_fixed_point_is_a_stationary_point_of_the_risk(init):
 
 def test_gamp_bad_input():
     with pytest.raises(ValueError):
-        run_gamp(1.0, 0.3, 50, mixing=0.0)
+        run_gamp(1.0, P03, 50, mixing=0.0)
     with pytest.raises(ValueError):
-        run_gamp(-1.0, 0.3, 50)
+        run_gamp(-1.0, P03, 50)
     with pytest.raises(ValueError):
-        run_gamp(1.0, 0.3, 50, init="sideways")
+        run_gamp(1.0, P03, 50, init="sideways")
+    with pytest.raises(ValueError, match="ERMParams"):
+        run_gamp(1.0, 0.3, 50)  # the old loose omega: a clear error
 
 
 def test_gamp_bad_divergence_and_channel():
     with pytest.raises(ValueError):
-        run_gamp(1.0, 0.3, 50, divergence="exact")
+        run_gamp(1.0, P03, 50, divergence="exact")
     with pytest.raises(ValueError):
-        run_gamp(1.0, 0.3, 50, channel="smooth")
+        run_gamp(1.0, P03, 50, channel="smooth")
 
 
 def test_two_time_state_evolution_undamped_equals_the_replica_map():
     # mixing = 1: no vector mixing, so the population (two-time) state evolution must reduce to
-    # E1's one-time map of the state equations (split quadrature): an independent check of the
+    # the one-time map of the state equations (split quadrature): an independent check of the
     # population machinery (Gaussian coordinates, Stein hats, ridge step).  From the semantic
     # start Q0 = Q*, two iterations.  Monte Carlo error of the population (n_pop = 40000
     # samples x 2 tokens): relative ~ 1/sqrt(8e4) ~ 0.4 % per hat; allow 2.5 % (~5 s.e.).
     alpha, omega, V0 = 2.0, 0.3, 10.0
     se = state_evolution(
         alpha,
-        omega,
+        A.ERMParams(omega=omega),
         2,
         gram=large_d_gram("semantic"),
         V0=V0,
@@ -203,15 +209,14 @@ def test_two_time_state_evolution_undamped_equals_the_replica_map():
         rng=5,
         divergence="stein",
     ).history
-    ps = pytest.importorskip("theory.attention.model")
     one = state_evolution_onetime(
         dict(q=0.25, m=0.0, theta=0.25, V=V0),
         alpha,
-        omega,
+        A.ERMParams(omega=omega),
         2,
         mixing=1.0,
-        rule=ps.make_rule("split", 8, n_r=12, n_phi=16),
-    )
+        rule=A.make_rule("split", 8, n_r=12, n_phi=16),
+    ).history
     for t in (1, 2):
         for k in ("q", "theta", "V"):
             assert se[k][t] == pytest.approx(one[k][t], rel=0.025), (t, k)
@@ -223,11 +228,11 @@ def test_damped_one_time_map_is_not_the_state_evolution_of_damped_gamp():
     # the damped one-time map of the overlaps ignores (q <- mixing q_new + (1-mixing) q).  At the
     # first iteration Q1 = mixing Qnew + (1-mixing) Q0 with Q0 = Q*, so exactly
     # q1 = mixing^2 q_new + (1-mixing)^2 q0 + 2 mixing(1-mixing) theta_new (sigma^2 Qnew.Q*/d =
-    # theta_new), computed here independently from E1's undamped map.
+    # theta_new), computed here independently from the undamped one-time map.
     alpha, omega, V0, mix = 2.0, 0.3, 10.0, 0.3
     se = state_evolution(
         alpha,
-        omega,
+        A.ERMParams(omega=omega),
         1,
         gram=large_d_gram("semantic"),
         V0=V0,
@@ -236,11 +241,15 @@ def test_damped_one_time_map_is_not_the_state_evolution_of_damped_gamp():
         rng=6,
         divergence="stein",
     ).history
-    ps = pytest.importorskip("theory.attention.model")
-    rule = ps.make_rule("split", 8, n_r=12, n_phi=16)
+    rule = A.make_rule("split", 8, n_r=12, n_phi=16)
     und = state_evolution_onetime(
-        dict(q=0.25, m=0.0, theta=0.25, V=V0), alpha, omega, 1, mixing=1.0, rule=rule
-    )
+        dict(q=0.25, m=0.0, theta=0.25, V=V0),
+        alpha,
+        A.ERMParams(omega=omega),
+        1,
+        mixing=1.0,
+        rule=rule,
+    ).history
     qn, thn = und["q"][1], und["theta"][1]  # the undamped new iterate Qnew
     # sigma^2 Qnew.Q0/d with Q0 = Q*: only the Q* component of Qnew overlaps Q0 -> = thn
     q_two_time = mix**2 * qn + (1 - mix) ** 2 * 0.25 + 2 * mix * (1 - mix) * thn
@@ -264,7 +273,7 @@ def test_damped_gamp_tracks_its_two_time_state_evolution():
     alpha, omega, T = 2.0, 0.3, 30
     se = state_evolution(
         alpha,
-        omega,
+        A.ERMParams(omega=omega),
         T,
         gram=large_d_gram("semantic"),
         V0=10.0,
@@ -279,7 +288,7 @@ def test_damped_gamp_tracks_its_two_time_state_evolution():
         for seed in range(4):
             h = run_gamp(
                 alpha,
-                omega,
+                A.ERMParams(omega=omega),
                 d,
                 "semantic",
                 seed,
@@ -321,7 +330,7 @@ def test_positional_gamp_with_the_full_divergence_stays_near_its_state_evolution
     alpha, omega, T, m0, V0, mix = 2.0, 0.3, 60, 0.26, 11.0, 0.15
     se = state_evolution(
         alpha,
-        omega,
+        A.ERMParams(omega=omega),
         T,
         gram=large_d_gram("positional", m0=m0),
         V0=V0,
@@ -336,7 +345,7 @@ def test_positional_gamp_with_the_full_divergence_stays_near_its_state_evolution
         for seed in range(4):
             h = run_gamp(
                 alpha,
-                omega,
+                A.ERMParams(omega=omega),
                 d,
                 "positional",
                 seed,
@@ -368,19 +377,16 @@ def test_stalled_positional_instance_converges_after_restarts():
     # it.  With the
     # restarts (mixing 0.2 -> 0.1 -> 0.05 from the initial state) it converges (measured: 773
     # iterations in all) to a stationary point of the empirical risk with stability < 1.
-    pb = make_problem(2.0, 0.3, 400, seed=0, n_test=200)
+    pb = make_problem(2.0, P03, 400, seed=0, n_test=200)
     stuck = run_gamp(
-        2.0, 0.3, 400, "positional", 0, problem=pb, mixing=0.2, restarts=0, divergence="jacobian"
+        2.0, init="positional", problem=pb, mixing=0.2, restarts=0, divergence="jacobian"
     )
     assert stuck.status == "max_iter" and stuck.stability > 1
     assert stuck.metadata["stability_max"] > 0.3 * stuck.stability  # one sample dominates
     assert max(stuck.metadata["stability_max_eigs"]) > 5  # non-convex basin near its fold
     r, Q = run_gamp(
         2.0,
-        0.3,
-        400,
-        "positional",
-        0,
+        init="positional",
         problem=pb,
         mixing=0.2,
         divergence="jacobian",

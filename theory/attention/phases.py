@@ -1,0 +1,457 @@
+"""Phases of the L = 2 model (docs/attention.md §7): branches along α, the global minimiser,
+the first-order transition α_c(ω), the threshold α_l(ω) where the global minimiser beats the
+linear baseline, and the (α, ω) phase diagram.
+
+* :func:`curve` follows each branch along α by continuation (:func:`theory.solve.sweep`);
+* :func:`global_minimiser` keeps, per α, the converged fixed point with the lowest ε_t;
+* :func:`transition` brackets Δε_t = ε_t(semantic) - ε_t(positional) and refines its root by
+  Brent (:func:`theory.solve.bracket`, :func:`theory.solve.find_root`), then α_l likewise;
+* :func:`phase_diagram` does it for several ω, continued from one ω to the next.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from theory.attention.baseline import linear_baseline
+from theory.attention.params import as_params, check_alpha
+from theory.attention.quadrature import make_rule
+from theory.attention.solver import BRANCHES, WARM_EXTRAS, ERMResult, fixed_point
+from theory.results import Result
+from theory.solve import bracket, extrapolate, find_root, sweep
+
+__all__ = [
+    "CurveResult",
+    "PhaseDiagramResult",
+    "TransitionResult",
+    "curve",
+    "global_minimiser",
+    "phase_diagram",
+    "point_row",
+    "transition",
+]
+
+#: the fields of a curve's tidy rows
+CURVE_FIELDS = (
+    "alpha",
+    "omega",
+    "init",
+    "branch",
+    "sweep",
+    "q",
+    "m",
+    "theta",
+    "theta_over_sigma2",
+    "m_over_sigma2",
+    "V",
+    "eps_t",
+    "eps_g",
+    "status",
+    "iterations",
+)
+
+
+def point_row(r: ERMResult) -> dict:
+    """One tidy row (the ``CURVE_FIELDS``) of a fixed point along a curve."""
+    return {
+        k: (r.metadata.get("sweep", "") if k == "sweep" else getattr(r, k)) for k in CURVE_FIELDS
+    }
+
+
+def _with_rule(fp_kwargs: dict) -> dict:
+    if "rule" not in fp_kwargs:
+        fp_kwargs["rule"] = make_rule(
+            fp_kwargs.pop("method", "split"), fp_kwargs.pop("nodes", None)
+        )
+    return fp_kwargs
+
+
+def _field(r, k):
+    return r[k] if isinstance(r, Mapping) else getattr(r, k)
+
+
+def global_minimiser(results: Sequence, *, by: Sequence[str] = ("alpha",)) -> list:
+    """The global minimiser (docs/attention.md §7): among the converged candidates with a finite
+    ε_t that share the fields ``by`` (default: the same α), the one with the lowest ε_t; sorted
+    by ``by``.  ``results``: theory results (:class:`~theory.attention.solver.ERMResult`),
+    finite-d results or their rows -- they share the field names, so the empirical global
+    minimiser of a seed is ``global_minimiser(runs, by=("alpha", "omega", "d", "seed"))``."""
+    best = {}
+    for r in results:
+        eps_t = _field(r, "eps_t")
+        if _field(r, "status") not in ("converged", "ok") or eps_t is None:
+            continue
+        if not math.isfinite(eps_t):
+            continue
+        k = tuple(round(v, 12) if isinstance(v, float) else v for v in (_field(r, f) for f in by))
+        if k not in best or eps_t < _field(best[k], "eps_t"):
+            best[k] = r
+    return [best[k] for k in sorted(best)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CurveResult(Result):
+    """Fixed points along α, branch by branch and sweep by sweep, each in increasing α
+    (``points``; iterating over the result iterates over them).  ``rows()``: one tidy row
+    per point; ``branch(name)``: the points started on that branch; ``global_minimiser()``:
+    per α the converged point, on the branch it was started on, with the lowest ε_t."""
+
+    omega: float
+    points: tuple = ()
+
+    def __iter__(self):
+        return iter(self.points)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def __getitem__(self, i):
+        return self.points[i]
+
+    def branch(self, name: str) -> list[ERMResult]:
+        return [r for r in self.points if r.init == name]
+
+    def global_minimiser(self) -> list[ERMResult]:
+        return global_minimiser([r for r in self.points if r.branch == r.init])
+
+    def rows(self) -> list[dict]:
+        return [
+            {
+                k: (r.metadata.get("sweep", "") if k == "sweep" else getattr(r, k))
+                for k in CURVE_FIELDS
+            }
+            for r in self.points
+        ]
+
+
+def curve(
+    alphas,
+    params=None,
+    branches: Sequence[str] = ("semantic", "positional"),
+    *,
+    sweeps: Sequence[str] | None = None,
+    progress: bool = False,
+    **fp_kwargs,
+) -> CurveResult:
+    """Fixed points along ``alphas`` for each branch by continuation (warm starts).
+
+    ``sweeps``: "forward" (increasing α) and/or "backward" (decreasing α); each point carries
+    ``metadata["sweep"]``.  Default (None): each branch is followed from where it surely exists
+    -- the semantic branch backward from the largest α (it disappears at small α), the
+    positional and trivial ones forward.  Once a followed branch collapses onto the trivial one
+    (its end), the remaining α of that sweep are returned unsolved (status "diverged",
+    ``metadata["not_continued"]``).  ``fp_kwargs`` go to
+    :func:`~theory.attention.solver.fixed_point` (mixing, tol, nodes, method, rule, ...).
+    """
+    p = as_params(params)
+    alphas = np.asarray(alphas, dtype=float)
+    for a in alphas:
+        check_alpha(a)
+    for b in branches:
+        if b not in BRANCHES:
+            raise ValueError(f"branch must be one of {BRANCHES}, got {b!r}")
+    fp_kwargs = _with_rule(fp_kwargs)
+
+    def sweeps_of(b):
+        if sweeps is not None:
+            return tuple(sweeps)
+        return ("backward",) if b == "semantic" else ("forward",)
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(alphas) * sum(len(sweeps_of(b)) for b in branches), desc="erm curve")
+    out = []
+    for b in branches:
+        last, lost = [], {}
+
+        def solve(a, init, b=b, last=last, lost=lost):
+            d = "forward" if not last or a > last[-1].alpha else "backward"
+            if d in lost:
+                # natural continuation cannot pass the end (fold) of a branch: once the branch,
+                # followed this way, collapsed onto the trivial one, it is not solved further
+                return ERMResult(
+                    alpha=a,
+                    omega=p.omega,
+                    status="diverged",
+                    init=b,
+                    params=p.to_dict(),
+                    metadata=dict(not_continued=True),
+                    message=f"not continued: the {b} branch, followed {d}, "
+                    f"collapsed at α = {lost[d]:.6g}",
+                )
+            if init is not None and last:
+                # carry the accurate-minus-cheap shift along the branch (defect correction)
+                init = dict(init, **{k: last[-1].metadata.get(k) for k in WARM_EXTRAS})
+            r = fixed_point(a, p, b, init=init, **fp_kwargs)
+            if r.converged and r.branch == b:
+                last.append(r)
+            elif last and r.metadata.get("collapsed"):
+                lost[d] = a
+            return r
+
+        res = sweep(
+            solve,
+            alphas,
+            None,
+            directions=sweeps_of(b),
+            progress=bar,
+            accept=lambda r, b=b: r.converged and r.branch == b,
+        )
+        for d in sweeps_of(b):
+            for r in res[d]:
+                r.metadata["sweep"] = d
+                out.append(r)
+    if bar is not None:
+        bar.close()
+    ok = sum(r.converged and r.branch == r.init for r in out)
+    return CurveResult(
+        omega=p.omega,
+        points=tuple(out),
+        message=f"{ok}/{len(out)} points converged on the branch they were started on",
+        params=p.to_dict(),
+        metadata=dict(fp_kwargs["rule"].describe(), branches=list(branches)),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransitionResult(Result):
+    """α_c (ε_t(semantic) = ε_t(positional)) and α_l (the global minimiser's ε_g = ε_g^lin),
+    the baseline's ``eps_g_lin``, both branches' ε_g at α_c and their common ε_t there;
+    ``alpha_l_branch``: where α_l lies ("positional" below α_c, "jump" at α_c, "semantic"
+    above)."""
+
+    omega: float
+    alpha_c: float = math.nan
+    alpha_l: float = math.nan
+    eps_g_lin: float = math.nan
+    eps_g_sem_at_alpha_c: float = math.nan
+    eps_g_pos_at_alpha_c: float = math.nan
+    eps_t_at_alpha_c: float = math.nan
+    alpha_l_branch: str = ""
+
+
+def _eps_g_minus(r, b, eps_lin):
+    if not (r.converged and r.branch == b):
+        return math.nan
+    return r.eps_g - eps_lin
+
+
+def transition(
+    params=None,
+    *,
+    alphas=None,
+    xtol: float = 1e-4,
+    progress: bool = False,
+    hint: float | None = None,
+    hint_l: float | None = None,
+    seeds: dict | None = None,
+    step: float = 1.25,
+    **fp_kwargs,
+) -> TransitionResult:
+    """α_c(ω) and α_l(ω) (docs/attention.md eq. 16-18).
+
+    Δε_t(α) = ε_t(semantic) - ε_t(positional) (> 0 below α_c) is bracketed, then its root is
+    refined by Brent to ``xtol``.  Bracketing: on the grid ``alphas`` when given (first sign
+    change), otherwise adaptively -- from ``hint`` (default 1) in geometric steps of ``step``
+    towards the sign change (α in [0.02, 50]).  Every fixed point is warm-started from the
+    nearest ones already solved on its branch (linear extrapolation in α), or from ``seeds``
+    ({branch: dict(q, m, theta, V)}) for the first one -- how :func:`phase_diagram` carries the
+    solution from one ω to the next.  α_l: where the global minimiser's ε_g crosses ε_g^lin --
+    inside the positional branch below α_c, at α_c itself when the drop happens in the jump,
+    or inside the semantic branch above α_c (``hint_l``: a guess; same bracket + Brent).
+    ``status``: "converged", or "max_iter" when a bracket is missing (the message says which,
+    and the field is nan).  ``metadata["solved"]`` counts the fixed points computed.
+    """
+    p = as_params(params)
+    fp_kwargs = _with_rule(fp_kwargs)
+    solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc=f"erm transition ω={p.omega:g}", unit="fixed point")
+
+    def ok(r, b):
+        return r is not None and r.converged and r.branch == b
+
+    def warm(a, b):
+        good = sorted((x for x, r in solved[b].items() if ok(r, b)), key=lambda x: abs(x - a))
+        if not good:
+            return (seeds or {}).get(b)
+        r1 = solved[b][good[0]]
+        if len(good) < 2 or abs(good[0] - a) < 1e-12:
+            return r1
+        keys = ("q", "m", "theta", "V")
+        near = [{k: getattr(solved[b][x], k) for k in keys} for x in (good[1], good[0])]
+        out = extrapolate(near, [good[1], good[0]], a, keys)
+        out.update({k: r1.metadata.get(k) for k in WARM_EXTRAS})
+        return out
+
+    def solve_at(a, b):
+        a = float(a)
+        if a in solved[b]:
+            return solved[b][a]
+        r = fixed_point(a, p, b, init=warm(a, b), **fp_kwargs)
+        if not ok(r, b) and warm(a, b) is not None:
+            r2 = fixed_point(a, p, b, **fp_kwargs)  # the warm start may have jumped: cold start
+            if ok(r2, b):
+                r = r2
+        solved[b][a] = r
+        if bar is not None:
+            bar.update(1)
+        return r
+
+    def dE(a):
+        rs, rp = solve_at(a, "semantic"), solve_at(a, "positional")
+        if not (ok(rs, "semantic") and ok(rp, "positional")):
+            return math.nan
+        return rs.eps_t - rp.eps_t
+
+    msgs = []
+    if alphas is not None:
+        grid = np.sort(np.asarray(alphas, dtype=float))
+        for a in grid:
+            check_alpha(a)
+    else:
+        grid = bracket(dE, float(hint) if hint else 1.0, sign_below=+1.0, step=step)
+    rc = find_root(dE, grid, xtol=xtol)
+    alpha_c = rc.root
+    eps_lin = linear_baseline(p)
+    out = dict(omega=p.omega, eps_g_lin=eps_lin)
+    if rc.status == "converged":
+        rs, rp = solve_at(alpha_c, "semantic"), solve_at(alpha_c, "positional")
+        out.update(
+            alpha_c=alpha_c,
+            eps_g_sem_at_alpha_c=rs.eps_g,
+            eps_g_pos_at_alpha_c=rp.eps_g,
+            eps_t_at_alpha_c=0.5 * (rs.eps_t + rp.eps_t),
+        )
+    else:
+        msgs.append(f"alpha_c: {rc.message or rc.status}")
+    alpha_l, l_branch = math.nan, ""
+    if math.isfinite(alpha_c):
+        rl: object = None
+        if out["eps_g_pos_at_alpha_c"] < eps_lin:
+            # the positional minimiser is already below the baseline: α_l lies below α_c
+            f = lambda a: _eps_g_minus(solve_at(a, "positional"), "positional", eps_lin)
+            g = bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
+            rl, l_branch = find_root(f, g, xtol=xtol), "positional"
+        elif out["eps_g_sem_at_alpha_c"] < eps_lin:
+            l_branch, alpha_l = "jump", alpha_c
+        else:
+            f = lambda a: _eps_g_minus(solve_at(a, "semantic"), "semantic", eps_lin)
+            if hint_l and hint_l > alpha_c:
+                g = bracket(f, float(hint_l), sign_below=+1.0, step=step, lo=alpha_c)
+            else:
+                g = bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
+            rl, l_branch = find_root(f, g, xtol=xtol), "semantic"
+        if rl is not None:
+            if rl.status == "converged":
+                alpha_l = rl.root
+            else:
+                msgs.append(f"alpha_l: {rl.message or rl.status} ({l_branch} branch)")
+                l_branch = ""
+    if bar is not None:
+        bar.close()
+    status = "converged" if math.isfinite(alpha_c) and math.isfinite(alpha_l) else "max_iter"
+    seeds_out = (
+        {
+            b: {k: getattr(solve_at(alpha_c, b), k) for k in ("q", "m", "theta", "V")}
+            for b in ("semantic", "positional")
+        }
+        if math.isfinite(alpha_c)
+        else None
+    )
+    return TransitionResult(
+        alpha_l=alpha_l,
+        alpha_l_branch=l_branch,
+        status=status,
+        message="; ".join(msgs),
+        params=p.to_dict(),
+        metadata=dict(
+            fp_kwargs["rule"].describe(),
+            grid=[float(x) for x in grid],
+            dE_evaluations=rc.values,
+            solved=sum(len(v) for v in solved.values()),
+            seeds_at_alpha_c=seeds_out,
+        ),
+        **out,
+    )
+
+
+#: the fields of a phase diagram's rows
+PHASE_FIELDS = ("omega", "alpha_c", "alpha_l", "eps_g_lin", "alpha_l_branch", "status", "message")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseDiagramResult(Result):
+    """α_c(ω) and α_l(ω): one :class:`TransitionResult` per ω (``transitions``); ``rows()``
+    gives one tidy row per ω (``omega, alpha_c, alpha_l, eps_g_lin, alpha_l_branch, status,
+    message``)."""
+
+    omegas: tuple = ()
+    transitions: tuple = ()
+
+    def rows(self) -> list[dict]:
+        return _phase_rows(self.transitions)
+
+
+def _phase_rows(transitions) -> list[dict]:
+    return [{k: getattr(t, k) for k in PHASE_FIELDS} for t in transitions]
+
+
+def phase_diagram(
+    omegas,
+    params=None,
+    *,
+    progress: bool = False,
+    on_row: Callable[[list[dict]], None] | None = None,
+    **kw,
+) -> PhaseDiagramResult:
+    """α_c(ω) and α_l(ω) for each ω of ``omegas`` (other parameters from ``params``).
+
+    Without an explicit ``alphas`` grid each ω starts its bracket where the previous ones
+    point (log α_c, log α_l extrapolated linearly in ω from the last two) with the previous
+    fixed points as warm starts (continuation in ω).  ``on_row(rows)`` is called after every ω
+    with the rows done so far (e.g. to write them).  ``kw`` go to :func:`transition`."""
+    p = as_params(params)
+    it = omegas
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(omegas, desc="phase diagram")
+    hint, seeds = kw.pop("hint", None), kw.pop("seeds", None)
+    done = []  # (ω, α_c, α_l) of the converged ω so far
+    trs = []
+    for w in it:
+        hint_l, step = None, 1.25
+        if len(done) >= 2:
+            (w1, c1, l1), (w2, c2, l2) = done[-2], done[-1]
+            t_ = (float(w) - w2) / (w2 - w1) if w2 != w1 else 0.0
+            hint = math.exp(math.log(c2) + t_ * (math.log(c2) - math.log(c1)))
+            if math.isfinite(l1) and math.isfinite(l2):
+                hint_l = math.exp(math.log(l2) + t_ * (math.log(l2) - math.log(l1)))
+            step = 1.04
+        t = transition(
+            p.replace(omega=float(w)), hint=hint, hint_l=hint_l, seeds=seeds, step=step, **kw
+        )
+        trs.append(t)
+        if math.isfinite(t.alpha_c):
+            done.append((float(w), t.alpha_c, t.alpha_l))
+            hint, seeds = t.alpha_c, t.metadata.get("seeds_at_alpha_c")
+        if on_row is not None:
+            on_row(_phase_rows(trs))
+    bad = [t.omega for t in trs if not t.converged]
+    return PhaseDiagramResult(
+        omegas=tuple(float(w) for w in omegas),
+        transitions=tuple(trs),
+        status="converged" if not bad else "max_iter",
+        message="" if not bad else f"no transition found at omega = {bad}",
+        params=p.to_dict(),
+    )

@@ -1,0 +1,323 @@
+"""Fixed points of the L = 2 state equations on a branch (docs/attention.md §6, docs/solver.md §3).
+
+:func:`fixed_point` solves the state map of :mod:`theory.attention.state_equations` with the
+two-fidelity solver of :mod:`theory.solve`: the cheap split rule ``SPLIT_COARSE`` supplies the
+start and the Jacobian, the requested rule polishes in a few evaluations.  A branch is an
+initialisation plus an exact invariant subspace (positional θ ≡ 0, semantic m ≡ 0 for
+A_11 = A_22, trivial both); the label of the result is read from the converged order
+parameters.  A branch that collapses onto the trivial one is stopped early (status "diverged",
+``metadata["collapsed"]``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from theory.attention.params import as_params, check_alpha
+from theory.attention.quadrature import Rule, coarse_rule, make_rule
+from theory.attention.state_equations import (
+    channel,
+    free_energy,
+    guard_theta,
+    hats_from_channel,
+    state_map,
+)
+from theory.results import Result
+from theory.solve import DecayStop, solve_two_fidelity
+
+__all__ = [
+    "BRANCHES",
+    "COLLAPSE",
+    "DEFAULT_INIT",
+    "LABEL_TOL",
+    "WARM_EXTRAS",
+    "ERMResult",
+    "fixed_point",
+    "label_branch",
+]
+
+BRANCHES = ("semantic", "positional", "trivial")
+
+#: cold-start initialisations (docs/attention.md §6).  The positional V is divided by √α (the
+#: positional V at the reference parameters is ≈ 16/√α for α in [0.5, 4]); from there the
+#: quasi-Newton solve converges where the damped iteration, whose map has an eigenvalue ≈ -5
+#: in the m direction, needs many steps.
+DEFAULT_INIT = {
+    "semantic": dict(q=0.9, m=0.0, theta=0.35, V=1.0),
+    "positional": dict(q=0.05, m=0.25, theta=0.0, V=16.0),
+    "trivial": dict(q=0.05, m=0.0, theta=0.0, V=1.0),
+}
+
+#: what a converged result passes on to a warm-started neighbour (in ``metadata``): the
+#: accurate-minus-cheap shift and the cheap stage's Jacobian
+WARM_EXTRAS = ("cheap_shift", "jac_cheap")
+#: a warm start whose accurate-map residual is below WARM_DIRECT_RESIDUAL is polished by
+#: quasi-Newton on the accurate rule directly (at most WARM_DIRECT_MAPS maps)
+WARM_DIRECT_RESIDUAL = 5e-2
+WARM_DIRECT_MAPS = 6
+
+#: |m| or |θ|/σ² below this is "zero" when labelling a fixed point
+LABEL_TOL = 1e-6
+#: during the iteration, θ/σ² (semantic) or |m| (positional) below this and still decreasing
+#: means the branch collapsed onto the trivial one (status "diverged", message says so)
+COLLAPSE = 2e-2
+
+
+def label_branch(m: float, theta: float, params) -> str:
+    """ "semantic" (θ ≠ 0 = m), "positional" (m ≠ 0 = θ), "trivial" or "mixed"."""
+    p = as_params(params)
+    has_m = abs(m) > LABEL_TOL
+    has_t = abs(theta) / p.s2 > LABEL_TOL
+    if has_t and not has_m:
+        return "semantic"
+    if has_m and not has_t:
+        return "positional"
+    if not has_m and not has_t:
+        return "trivial"
+    return "mixed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ERMResult(Result):
+    """A replica-symmetric fixed point of the L = 2 state equations.
+
+    Order parameters ``q, m, theta, V`` (|m|, |θ|: Q → -Q is a symmetry), their conjugates,
+    ``eps_t`` = -Φ, ``eps_g``; ``theta_over_sigma2`` = θ/σ² and ``m_over_sigma2`` = m/σ² (the
+    plotted quantities, as in the finite-d results); ``branch`` read from the order parameters
+    (θ = 0 → positional, m = 0 → semantic, both → trivial, neither → mixed); ``init`` the branch
+    the solve was started on; ``iterations`` = map evaluations (cheap-rule stages included).
+    """
+
+    alpha: float
+    omega: float
+    q: float = math.nan
+    m: float = math.nan
+    theta: float = math.nan
+    V: float = math.nan
+    qhat: float = math.nan
+    mhat: float = math.nan
+    thetahat: float = math.nan
+    Vhat: float = math.nan
+    eps_t: float = math.nan
+    eps_g: float = math.nan
+    theta_over_sigma2: float = math.nan
+    m_over_sigma2: float = math.nan
+    branch: str = ""
+    init: str = ""
+    iterations: int = 0
+    residual: float = math.nan
+
+
+def _enforce(branch, params, d):
+    if branch == "positional" or branch == "trivial":
+        d["theta"] = 0.0
+    if branch == "trivial" or (branch == "semantic" and params.swap_symmetric):
+        d["m"] = 0.0
+    return d
+
+
+def _full(x: dict) -> dict:
+    return dict(q=x["q"], V=x["V"], m=x.get("m", 0.0), theta=x.get("theta", 0.0))
+
+
+def _jac_for(saved, keys):
+    """A Jacobian saved in a result's metadata, usable for the solver variables ``keys``."""
+    if not saved or list(saved.get("keys", ())) != list(keys):
+        return None
+    return np.asarray(saved["J"], dtype=float), np.asarray(saved["scale"], dtype=float)
+
+
+def fixed_point(
+    alpha: float,
+    params=None,
+    branch: str = "semantic",
+    init: dict | ERMResult | None = None,
+    *,
+    mixing: float = 0.5,
+    tol: float = 1e-6,
+    max_iter: int = 300,
+    nodes: int | None = None,
+    method: str = "split",
+    rng=0,
+    rule: Rule | None = None,
+    accel: str = "newton",
+    coarse: bool = True,
+    keep_history: bool = False,
+    diagnostics: bool = False,
+) -> ERMResult:
+    """Solve the state equations (docs/attention.md §4) on one branch.
+
+    ``branch`` picks the initialisation (``DEFAULT_INIT``) and the exact invariant subspace:
+    positional → θ ≡ 0 (exact: T is even in h*), semantic → m ≡ 0 (exact for A_11 = A_22),
+    trivial → θ ≡ m ≡ 0.  ``init`` overrides (q, m, theta, V) (warm start); a result (or a dict
+    with the keys of ``WARM_EXTRAS``) also passes on its accurate-minus-cheap shift and cheap
+    Jacobian.
+
+    Iteration (``accel``, docs/solver.md §3): ``"newton"`` (default) is the two-fidelity
+    quasi-Newton solve -- the cheap rule ``SPLIT_COARSE`` finds the way (positional and warm
+    starts by quasi-Newton, a cold semantic start by damped Anderson), the requested rule
+    polishes (typically 2-4 accurate maps), damped Anderson if that stalls; a warm start close
+    to the fixed point goes to the accurate polish directly.  ``"anderson"``: the damped
+    Anderson iteration, first to 1e-5 on the cheap rule, then on the requested one;
+    ``"none"``: the plain damped iteration.  ``mixing`` = weight of the new iterate of the
+    damped iterations.  Convergence: the UNDAMPED map's relative change per order parameter
+    < ``tol`` (default 1e-6, below the default rule's quadrature error of ~4e-5; ε_t, being
+    stationary, is then exact to ~1e-12 relative).  ``coarse=False``: the requested rule
+    throughout.  Quadrature: ``method`` ("split" default, "gh", "qmc", "mc") and ``nodes``
+    (see :func:`~theory.attention.quadrature.make_rule`; ``rng`` for "qmc"/"mc"), or a
+    prebuilt ``rule``.  ``diagnostics``: re-evaluate the channel at the final point with the
+    prox Jacobians and put the derivative forms ``Vhat_jac``, ``thetahat_jac`` (docs/attention.md
+    eq. 12) in ``metadata`` (one more map evaluation).
+    """
+    p = as_params(params)
+    alpha = check_alpha(alpha)
+    if branch not in BRANCHES:
+        raise ValueError(f"branch must be one of {BRANCHES}, got {branch!r}")
+    if accel not in ("newton", "anderson", "none"):
+        raise ValueError(f"accel must be 'newton', 'anderson' or 'none', got {accel!r}")
+    if not 0.0 < mixing <= 1.0:
+        raise ValueError(f"mixing must lie in (0, 1], got {mixing}")
+    if rule is None:
+        rule = make_rule(method, nodes, rng)
+    x0 = dict(DEFAULT_INIT[branch])
+    if branch == "positional":
+        x0["V"] /= math.sqrt(alpha)
+    shift = jac_prev = None
+    if init is not None:
+        extra = (init.metadata or {}) if isinstance(init, Result) else init
+        shift, jac_prev = extra.get("cheap_shift"), extra.get("jac_cheap")
+        if isinstance(init, Result):
+            init = init.to_dict()
+        for k in ("q", "m", "theta", "V"):
+            if k in init and init[k] is not None and np.isfinite(init[k]):
+                x0[k] = float(init[k])
+    x0 = _enforce(branch, p, x0)
+    x0["m"], x0["theta"] = abs(x0["m"]), abs(x0["theta"])
+    if not (x0["q"] > 0 and x0["V"] > 0):
+        raise ValueError(f"the initial q and V must be > 0, got {x0}")
+    keys = (
+        ["q", "V"]
+        + (["m"] if x0["m"] != 0 or branch == "positional" else [])
+        + (["theta"] if x0["theta"] != 0 or branch == "semantic" else [])
+    )
+    if branch == "semantic" and not p.swap_symmetric:
+        keys = ["q", "V", "m", "theta"]
+    guard_hits = [0]
+
+    def make_F(rl):
+        def F(x):
+            new, ch, h, clipped = state_map(alpha, _full(x), p, rl)
+            guard_hits[0] += clipped
+            new = _enforce(branch, p, new)
+            return {k: new[k] for k in keys}, (ch, h)
+
+        return F
+
+    cheap = rule
+    if coarse and rule.method == "split":
+        c = coarse_rule()
+        if rule.cost > 2 * c.cost:
+            cheap = c
+    collapse = DecayStop(
+        (lambda fx: abs(fx.get("theta", 1.0)) / p.s2)
+        if branch == "semantic"
+        else (lambda fx: abs(fx.get("m", 1.0))),
+        COLLAPSE,
+        f"the {branch} branch collapsed onto the trivial one",
+    )
+    out = solve_two_fidelity(
+        make_F(rule),
+        {k: x0[k] for k in keys},
+        cheap=make_F(cheap) if cheap is not rule else None,
+        accel=accel,
+        warm=init is not None,
+        newton_first=branch == "positional",
+        shift=shift,
+        jacobian0=_jac_for(jac_prev, keys),
+        admissible=lambda x: all(v > 0 for k, v in x.items() if k in ("q", "V")),
+        tol=tol,
+        mixing=mixing,
+        max_iter=max_iter,
+        callbacks=(collapse,) if branch != "trivial" else (),
+        keep_history=keep_history,
+    )
+    res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
+    if out.status == "diverged" and "collapsed onto the trivial" in (out.message or ""):
+        res.metadata["collapsed"] = True
+    meta = out.metadata
+    if res.converged and "cheap_jacobian" in meta:
+        J, scale = meta["cheap_jacobian"]
+        res.metadata["jac_cheap"] = dict(keys=list(keys), J=J.tolist(), scale=scale.tolist())
+    if res.converged and "cheap_fixed_point" in meta:
+        cheap_x = {k: float(v) for k, v in meta["cheap_fixed_point"].items()}
+        res.metadata["cheap_shift"] = {
+            k: float(getattr(res, k) * (1 if cheap_x[k] >= 0 else -1) - cheap_x[k]) for k in cheap_x
+        }
+    return res
+
+
+def _result_from(alpha, p, branch, out, rule, tol, guard_hits, diagnostics=False) -> ERMResult:
+    # converged: the channel of the last map evaluation (at out.x) is reused and the result is
+    # reported at out.x -- the fixed point to within the tolerance, with hats and Φ consistent
+    # with it (ε_t, being stationary, is exact to ~tol²); otherwise (or for the derivative-form
+    # diagnostics) everything is evaluated at the final undamped image F(out.x)
+    fx = _enforce(branch, p, _full(out.fx)) if out.fx else {}
+    reuse = not diagnostics and out.status == "converged" and isinstance(out.aux, tuple)
+    x = _full(out.x) if reuse or not fx else fx
+    if reuse:  # the channel saw θ through the guard
+        x = dict(x, theta=guard_theta(x["q"], x["theta"], p.rho)[0])
+    meta = dict(rule.describe(), tol=tol, guard_hits=int(guard_hits))
+    common = dict(
+        alpha=alpha,
+        omega=p.omega,
+        init=branch,
+        iterations=out.iterations,
+        params=p.to_dict(),
+        metadata=meta,
+        history=out.history,
+    )
+    if out.aux is None or out.status == "nan":
+        return ERMResult(status=out.status, message=out.message, **common)
+    try:
+        if reuse:
+            ch, h = out.aux
+        else:
+            ch = channel(x["q"], x["m"], x["theta"], x["V"], p, rule, jac=diagnostics)
+            h = hats_from_channel(alpha, x["q"], x["m"], x["theta"], x["V"], ch, p)
+    except ValueError as exc:
+        return ERMResult(status="diverged", message=str(exc), **common)
+    phi = free_energy(alpha, x, h, ch["M"], p)
+    meta.update(
+        phi=phi,
+        eps_t_energy=alpha * (ch["M"] - 0.5 * x["V"] * ch["g2"]) + p.lam * x["q"] / (2 * p.s2),
+        newton_fail_weight=ch["bad"],
+        jumps=ch.get("jumps"),
+        unresolved_jumps=ch.get("unresolved"),
+        mhat_signed=h["mhat"],
+        thetahat_signed=h["thetahat"],
+    )
+    if diagnostics:
+        meta.update(Vhat_jac=h["Vhat_jac"], thetahat_jac=h["thetahat_jac"])
+    m, th = abs(x["m"]), abs(x["theta"])
+    return ERMResult(
+        q=x["q"],
+        m=m,
+        theta=th,
+        V=x["V"],
+        qhat=h["qhat"],
+        mhat=abs(h["mhat"]),
+        thetahat=abs(h["thetahat"]),
+        Vhat=h["Vhat"],
+        eps_t=-phi,
+        eps_g=ch["eps_g"],
+        theta_over_sigma2=th / p.s2,
+        m_over_sigma2=m / p.s2,
+        branch=label_branch(m, th, p),
+        status=out.status,
+        message=out.message,
+        residual=out.residual,
+        **common,
+    )
