@@ -24,9 +24,12 @@ def test_ci_runs_the_readme_test_command():
     # .ci/run extracts the second code block of README.md and evaluates it: run the same
     # extraction here and check it yields the README's test command
     script = (ROOT / ".ci" / "run").read_text()
-    snippet = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    heredocs = [h.split("\nPY\n", 1)[0] for h in script.split("<<'PY'\n")[1:]]
+    (snippet,) = [h for h in heredocs if "README.md" in h]
     out = subprocess.run(
         ["python3", "-c", snippet], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == _blocks()[1].strip()
     assert 'eval "$test_cmd"' in script
+    # and it lints with the ruff version pinned in pyproject's lint extra
+    assert "ruff check ." in script and "ruff format --check ." in script
