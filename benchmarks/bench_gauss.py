@@ -1,6 +1,6 @@
 """Benchmark of theory.gauss on the 4-D integrand of the L = 2 softmax attention loss.
 
-Integrand (spec sequence-single-index.md section 2, P_1 = -P_2, Pi = identity):
+Integrand (docs/ssi.md §1-2: the SSI attention risk at L = 2, P_1 = -P_2, Pi = identity):
     loss(z*, z) = || softmax_row(z z^T) - softmax_row(z* z*^T) ||_F^2,
     z*_l = xi_l,  z_l = e_l + m xi_l + sqrt(1 - m^2) eta_l,  e = (e, -e),
 i.e. a Gaussian in (z*_1, z*_2, z_1, z_2) with mean (0, 0, e, -e) and covariance

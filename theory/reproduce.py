@@ -310,12 +310,9 @@ def _run_piece(fn: Callable, out: str, quick: bool) -> tuple[dict, float]:
     t0 = time.perf_counter()
     res = fn(Path(out), quick)
     dt = time.perf_counter() - t0
-    try:
-        import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt
 
-        plt.close("all")
-    except Exception:  # noqa: BLE001
-        pass
+    plt.close("all")
     return to_jsonable(res) if isinstance(res, dict) else res, dt
 
 
@@ -388,7 +385,7 @@ def run_reproduce(
         if exc is None:
             try:
                 res = _normalise_result(out, raw)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 exc = e
         if exc is not None:
             o = Outcome(p.name, p.module, "failed", dt, error=_error_text(exc))
@@ -427,7 +424,7 @@ def run_reproduce(
                 t0 = time.perf_counter()
                 try:
                     raw, dt = _run_piece(p.fn, str(out), quick)
-                except Exception as exc:  # noqa: BLE001 - isolate the failure, go on
+                except Exception as exc:
                     record(p, None, time.perf_counter() - t0, exc)
                 else:
                     record(p, raw, dt, None)
@@ -442,7 +439,7 @@ def run_reproduce(
                     p = futs[fut]
                     try:
                         raw, dt = fut.result()
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         record(p, None, time.perf_counter() - t0s[p.name], exc)
                     else:
                         record(p, raw, dt, None)

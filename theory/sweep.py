@@ -139,7 +139,7 @@ class _SerialExecutor(cf.Executor):
         fut = cf.Future()
         try:
             fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             fut.set_exception(exc)
@@ -280,7 +280,7 @@ def run_sweep(
             if isinstance(executor, _SerialExecutor):
                 window = 1
             elif isinstance(executor, cf.ProcessPoolExecutor):
-                window = 2 * executor._max_workers  # noqa: SLF001
+                window = 2 * executor._max_workers
             else:
                 window = len(todo)
             queue = iter(todo)
@@ -402,7 +402,8 @@ def erm_transition_point(
 
 
 def sgd_boundaries_point(a: float) -> dict:
-    """ω values where the spec-6 SGD regimes switch on the line a = const."""
+    """ω values where the SGD regimes of the positional–semantic target switch on the line
+    a = const (docs/ssi.md §8)."""
     from theory import ssi
 
     out = _as_row(ssi.boundaries(a))
@@ -410,7 +411,7 @@ def sgd_boundaries_point(a: float) -> dict:
 
 
 def sgd_ode_point(omega: float, a: float = 1.0, lr: float = 0.05, d: int = 10_000) -> dict:
-    """(e, m) ODE of the spec-6 positional–semantic SGD model from the default small start:
+    """(e, m) ODE of the positional–semantic SGD model from the default small start:
     escape time and the minimum reached."""
     from theory import ssi
 

@@ -227,7 +227,7 @@ def test_two_fidelity_solve_needs_few_accurate_maps():
 
 
 def test_find_root_and_bracket_locate_a_known_root():
-    f = lambda a: math.log(a / 1.2515)  # noqa: E731 - root at 1.2515, positive above
+    f = lambda a: math.log(a / 1.2515)
     g = bracket(lambda a: -f(a), 1.0, sign_below=+1.0)
     r = find_root(lambda a: -f(a), g, xtol=1e-12)
     assert r.status == "converged" and r.root == pytest.approx(1.2515, rel=1e-10)
@@ -235,6 +235,6 @@ def test_find_root_and_bracket_locate_a_known_root():
     none = find_root(lambda a: 1.0, [1.0, 2.0, 3.0])
     assert none.status == "max_iter" and math.isnan(none.root) and "sign change" in none.message
     # a branch that ends (nan) before the root: the walk steps back and still brackets it
-    h = lambda a: (a - 2.0) if a < 2.6 else math.nan  # noqa: E731
+    h = lambda a: (a - 2.0) if a < 2.6 else math.nan
     gb = bracket(h, 1.0, sign_below=-1.0)
     assert find_root(h, gb).root == pytest.approx(2.0, abs=1e-6)

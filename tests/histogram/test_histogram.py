@@ -435,7 +435,7 @@ def test_semantic_model_attends_to_equal_tokens(quick_models, small_data):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["semantic", "positional"])
 def test_full_data_reaches_99_percent(variant):
-    # the spec's setting (50 000 sequences, Adam lr 1e-3, batch 32) cut to 12 epochs: the
+    # the published setting (50 000 sequences, Adam lr 1e-3, batch 32) cut to 12 epochs: the
     # full 200-epoch runs (BENCHMARKS.md) pass 99 % at epoch 2-3; 15 000 validation sequences
     # -> 150 000 tokens, binomial SE of an accuracy near 0.99 is 2.6e-4.  Adam without a
     # schedule has single-epoch dips (positional seed 0: 0.9885 at epoch 12, then 0.998), so

@@ -89,7 +89,7 @@ class GeneralParams:
         )
         if not np.allclose(rho, rho.T, atol=1e-12) or np.linalg.eigvalsh(rho).min() <= 0:
             raise ValueError("rho (the teacher norm matrix) must be symmetric positive definite")
-        tup = lambda M: tuple(tuple(float(x) for x in row) for row in M)  # noqa: E731
+        tup = lambda M: tuple(tuple(float(x) for x in row) for row in M)
         object.__setattr__(self, "A", tup(A))
         object.__setattr__(self, "G", tup(G))
         object.__setattr__(self, "rho", tup(rho))
