@@ -44,7 +44,7 @@ def register(subparsers) -> None:
         "step sizes), the predictions of this package's ODE (the same numbers as theory sgd "
         "gain); beside them the published formulas gain_optimal_published = r^2 (x L if SIE = "
         "1), which assumes equal SGD noise in both networks, and gain_equal_published = |r| (x "
-        "sqrt(L) if SIE = 1).  Why they differ: docs/_findings_ssi.md.",
+        "sqrt(L) if SIE = 1).  Why they differ: docs/findings.md §6.",
         epilog="Examples: theory sie 'He2(z1)+He2(z2)';  theory sie 'z1-z2' --json;  "
         "theory sie 'relu(z1)+relu(z2)' --L 3;  theory sie 'softmax(1, z1*z1, z1*z2)'. "
         "Functions: He<k>(x), exp, log, sqrt, sin, cos, tanh, erf, abs, sign, relu, Max, Min, "

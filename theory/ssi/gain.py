@@ -6,7 +6,7 @@ measurement (docs/ssi.md section 7).
 The published formula for the gain at optimal step sizes assumes that an untied row carries the
 SGD noise of the whole tied network; in the ODE of this package it carries 1/L of it, so the
 package predicts ``gain_optimal`` = L for sum_l He_2(z_l) where the paper writes L^2 (kept beside
-it as ``gain_optimal_published``).  The derivation and the measurements: docs/_findings_ssi.md.
+it as ``gain_optimal_published``).  The derivation and the measurements: docs/findings.md §6.
 
 Targets may depend on L: pass a family name, a callable ``L -> expression``, or one expression
 (then every L must contain its variables).  Families:

@@ -33,7 +33,7 @@ Quantities of :func:`analyze`
   ``gain_optimal_published`` = ratio^2 (x L if k = 1).  They agree at equal step sizes for
   k <= 2; at optimal step sizes the published formula assumes that an untied row carries the
   SGD noise of the whole tied network, while it carries 1/L of it: L for sum_l He_2(z_l), not
-  L^2.  Derivation and measurements: docs/_findings_ssi.md.  Zero contraction: the tied network
+  L^2.  Derivation and measurements: docs/findings.md §6.  Zero contraction: the tied network
   is stuck (every gain 0, ``tied_learnable`` False).  For even SIE the drift also carries the
   student activation's k-th Hermite coefficient (``theory.ssi.gain.drift_constants``), whose sign
   decides whether the tied network escapes.

@@ -84,7 +84,7 @@ def integrate_ode(
         raise ValueError(
             "the flattened untied network has no ODE in this package (its rows' norms are extra "
             "order parameters); use UntiedNetwork(..., normalisation='rows'), whose ODE it "
-            "shares near m = 0 (docs/_findings_ssi.md)"
+            "shares near m = 0 (docs/findings.md §6)"
         )
     lr = check_positive("lr", lr, strict=False)
     d = check_positive("d", d)

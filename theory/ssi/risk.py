@@ -701,7 +701,7 @@ class UntiedNetwork(TiedNetwork):
     ``normalisation``: "rows" (each row on its own sqrt(d)-sphere, the model of the theory) or
     "flat" (W renormalised as ONE vector of R^{L d} to norm sqrt(L d), the protocol of the
     authors' code).  The risk functions are those of rows of norm sqrt(d); "flat" is simulated by
-    the exact reduced chain only, and has no ODE in this package (docs/_findings_ssi.md).
+    the exact reduced chain only, and has no ODE in this package (docs/findings.md §6).
     """
 
     kind = "untied"

@@ -17,7 +17,7 @@ run by the package's iteration loop (:func:`theory.solve.iterate`) with the damp
 field carries the Onsager correction of every earlier Qnew that the damped Qhat is a
 combination of: an AMP with memory whose state evolution is
 :func:`theory.attention.finite_d.state_evolution.state_evolution` and whose fixed points are
-those of the undamped GAMP (why not damp the messages instead: docs/_findings_attention.md).
+those of the undamped GAMP (why not damp the messages instead: docs/findings.md §1).
 Convergence: the undamped relative change of Qhat and of V below ``tol``.
 
 The channel ``l_mu``: "exact" (the finite-d per-sample loss ``kappa[(a - a*)^2 + (b - b*)^2]
@@ -83,7 +83,7 @@ def fd_divergence(w, V, kappa, t1, t2, delta, *, px=None) -> tuple[np.ndarray, f
     Where the minimiser jumps across a curve of the plane of ``w``, the distributional
     divergence has a singular part that the per-sample Jacobian misses; the central difference
     sees it with an O(delta^2) bias and a variance ~ 1/(n delta) (docs/attention.md §9;
-    measurements: docs/_findings_attention.md).  ``kappa, t1, t2`` as in
+    measurements: docs/findings.md §2).  ``kappa, t1, t2`` as in
     :func:`~theory.attention.proximal.prox_rows`; ``px`` the global prox at ``w`` if already
     computed (only used to count the switches).  Returns ``(div (n,), fraction of samples whose
     global minimiser switches basin within delta)``.  Cost: four global prox calls.

@@ -4,7 +4,7 @@ With m held fixed the state equations close on (q, V), and m̂ becomes the Lagra
 G⁺ m (λ + σ² V̂) instead of α E[g]; ε_t(m) = -Φ is the RS training loss of the minimiser of the
 empirical risk restricted to {PQ/√d = m, Q*ᵀQ = 0}.  Its stationary points in m are the fixed
 points of the positional (θ ≡ 0) branch, so its profile tells whether such a point exists where
-the damped iteration does not go (the L = 3 study: docs/_findings_attention.md).
+the damped iteration does not go (the L = 3 study: docs/findings.md §3).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Local stability of a replica-symmetric solution of the general model (docs/attention.md
 §10): the smooth part of the de Almeida-Thouless (replicon) quantity.  What it does and does not
-tell on the positional side: docs/_findings_attention.md."""
+tell on the positional side: docs/findings.md §3."""
 
 from __future__ import annotations
 
