@@ -62,7 +62,9 @@ def run_sims(
     store = Store(None) if store is None else store
     points = list(points)
     rows, problems = [], {}
-    for alpha, omega, d, seed, init in tqdm(points, desc=desc, disable=not progress, leave=False):
+    for alpha, omega, d, seed, init in tqdm(
+        points, desc=desc, leave=False, **({} if progress else {"disable": True})
+    ):
         p = params.replace(omega=float(omega))
         key = dict(
             alpha=alpha,

@@ -112,9 +112,10 @@ def simulate_seeds(
     bar = tqdm(
         total=len(seeds),
         initial=len(seeds) - len(todo),
-        disable=not progress,
         desc=f"SGD seeds (d={d})",
         leave=False,
+        # only an explicit no: otherwise TQDM_DISABLE (theory reproduce --no-progress) decides
+        **({} if progress else {"disable": True}),
     )
 
     def _store(seed, res):
