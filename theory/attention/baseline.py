@@ -5,11 +5,12 @@ eq. 17): as d → ∞ it reaches B* = ω A + (1 - ω) E[softmax(h hᵀ)], h ~ N(
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from theory.attention.channel import sigmoid
-from theory.attention.params import as_params
+from theory.attention.params import ERMParams, as_params
 
 __all__ = ["linear_baseline", "linear_baseline_B"]
 
@@ -33,7 +34,7 @@ def _softmax_moments(rho: float, n: int = 160) -> tuple[float, float]:
     return float((W * S).sum()), float((W * S**2).sum())
 
 
-def linear_baseline(params=None, *, n: int = 160) -> float:
+def linear_baseline(params: ERMParams | Mapping | None = None, *, n: int = 160) -> float:
     """ε_g of the linear positional baseline, d → ∞ (docs/attention.md eq. 17):
     ε_g^lin = (σ²/2)(1 - ω)² Σ_ij Var[softmax(h hᵀ)_ij] = 2 σ² (1 - ω)² Var[S_11], h ~ N(0, ρ I)
     (Var S_12 = Var S_11 and, by the h1 ↔ h2 symmetry, the second row equals the first)."""
@@ -42,7 +43,7 @@ def linear_baseline(params=None, *, n: int = 160) -> float:
     return 2.0 * p.s2 * (1.0 - p.omega) ** 2 * (m2 - m1 * m1)
 
 
-def linear_baseline_B(params=None, *, n: int = 160) -> np.ndarray:
+def linear_baseline_B(params: ERMParams | Mapping | None = None, *, n: int = 160) -> np.ndarray:
     """The baseline's limiting B* = ω A + (1 - ω) E[softmax(h hᵀ)], shape (2, 2)."""
     p = as_params(params)
     m1, _ = _softmax_moments(p.rho, n)

@@ -17,10 +17,13 @@ these are their numpy references.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import expit
 
-from theory.attention.params import as_params
+from theory.attention.params import ERMParams, as_params
 
 __all__ = [
     "attention",
@@ -69,24 +72,24 @@ def attention(x: np.ndarray) -> np.ndarray:
     return softmax_rows(np.einsum("...ia,...ka->...ik", x, x))
 
 
-def attention_matrix(x) -> np.ndarray:
+def attention_matrix(x: ArrayLike) -> np.ndarray:
     """Full S(x) for L = 2 rows x (N, 2) → (N, 2, 2) (reference of :func:`softmax_diag`)."""
     return attention(_rows(x, "x")[:, :, None])
 
 
-def softmax_diag(h) -> tuple[np.ndarray, np.ndarray]:
+def softmax_diag(h: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Diagonal (a, b) = (S_11, S_22) of softmax_row(h hᵀ) for L = 2 fields h (..., 2)."""
     h = np.asarray(h, dtype=float)
     h1, h2 = h[..., 0], h[..., 1]
     return sigmoid(h1 * (h1 - h2)), sigmoid(h2 * (h2 - h1))
 
 
-def teacher_matrix(h_star, omega: float, A) -> np.ndarray:
+def teacher_matrix(h_star: ArrayLike, omega: float, A: ArrayLike) -> np.ndarray:
     """T(h*) = (1 - ω) softmax_row(h* h*ᵀ) + ω A for teacher fields (..., L, r_t) → (..., L, L)."""
     return (1.0 - omega) * attention(h_star) + omega * np.asarray(A, dtype=float)
 
 
-def teacher_diag(h_star, params) -> np.ndarray:
+def teacher_diag(h_star: ArrayLike, params: ERMParams | Mapping | None) -> np.ndarray:
     """Diagonal (t_1, t_2) of T(h*) for L = 2 teacher fields (N, 2) → (N, 2)."""
     p = as_params(params)
     a, b = softmax_diag(_rows(h_star, "h_star"))
@@ -96,7 +99,7 @@ def teacher_diag(h_star, params) -> np.ndarray:
     )
 
 
-def teacher_diag_jac(h_star, omega: float) -> np.ndarray:
+def teacher_diag_jac(h_star: ArrayLike, omega: float) -> np.ndarray:
     """d(t_1, t_2)/d(h*_1, h*_2) of the teacher's diagonal, (N, 2) → (N, 2, 2)."""
     h = _rows(h_star, "h_star")
     a, b = softmax_diag(h)
@@ -108,7 +111,9 @@ def teacher_diag_jac(h_star, omega: float) -> np.ndarray:
     return J
 
 
-def effective_channel(h_star, params) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def effective_channel(
+    h_star: ArrayLike, params: ERMParams | Mapping | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-sample (κ, t_1, t_2) of the effective channel: κ = σ², t = diag T(h*)."""
     p = as_params(params)
     t = teacher_diag(h_star, p)
@@ -118,13 +123,17 @@ def effective_channel(h_star, params) -> tuple[np.ndarray, np.ndarray, np.ndarra
 # --------------------------------------------------------------------------- the loss
 
 
-def sample_loss(h, kappa, t1, t2, c=0.0) -> np.ndarray:
+def sample_loss(
+    h: ArrayLike, kappa: ArrayLike, t1: ArrayLike, t2: ArrayLike, c: ArrayLike = 0.0
+) -> np.ndarray:
     """ℓ(h; κ, t) + c = κ[(a - t_1)² + (b - t_2)²] + c at fields h (n, 2) → (n,)."""
     a, b = softmax_diag(h)
     return kappa * ((a - t1) ** 2 + (b - t2) ** 2) + c
 
 
-def sample_loss_grad(h, kappa, t1, t2, c=0.0) -> tuple[np.ndarray, np.ndarray]:
+def sample_loss_grad(
+    h: ArrayLike, kappa: ArrayLike, t1: ArrayLike, t2: ArrayLike, c: ArrayLike = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """The loss and its gradient in h: ``(loss (n,), grad (n, 2))``.
 
     With u_1 = h_1(h_1 - h_2), u_2 = h_2(h_2 - h_1): ∂ℓ/∂u_1 = 2κ(a - t_1) a(1 - a),
@@ -141,7 +150,9 @@ def sample_loss_grad(h, kappa, t1, t2, c=0.0) -> tuple[np.ndarray, np.ndarray]:
     return kappa * (ea**2 + eb**2) + c, g
 
 
-def sample_loss_hess(h, kappa, t1, t2) -> tuple[np.ndarray, np.ndarray]:
+def sample_loss_hess(
+    h: ArrayLike, kappa: ArrayLike, t1: ArrayLike, t2: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
     """Gradient (n, 2) and Hessian (n, 2, 2) in h of the loss (∇²u_1 = [[2, -1], [-1, 0]],
     ∇²u_2 = [[0, -1], [-1, 2]])."""
     h = np.asarray(h, dtype=float)
@@ -166,7 +177,7 @@ def sample_loss_hess(h, kappa, t1, t2) -> tuple[np.ndarray, np.ndarray]:
     return g, H
 
 
-def loss(x, h_star, params) -> np.ndarray:
+def loss(x: ArrayLike, h_star: ArrayLike, params: ERMParams | Mapping | None) -> np.ndarray:
     """Effective per-sample loss ℓ(x; h*) = (σ²/2)||S(x) - T(h*)||_F², shape (N,)
     (docs/attention.md eq. 5)."""
     p = as_params(params)
@@ -174,14 +185,14 @@ def loss(x, h_star, params) -> np.ndarray:
     return sample_loss(_rows(x, "x"), p.s2, t[:, 0], t[:, 1])
 
 
-def loss_grad(x, h_star, params) -> np.ndarray:
+def loss_grad(x: ArrayLike, h_star: ArrayLike, params: ERMParams | Mapping | None) -> np.ndarray:
     """∇_x ℓ(x; h*) of the effective loss, shape (N, 2)."""
     p = as_params(params)
     t = teacher_diag(h_star, p)
     return sample_loss_grad(_rows(x, "x"), p.s2, t[:, 0], t[:, 1])[1]
 
 
-def loss_full(x, h_star, params) -> np.ndarray:
+def loss_full(x: ArrayLike, h_star: ArrayLike, params: ERMParams | Mapping | None) -> np.ndarray:
     """ℓ from the full 2×2 matrices (independent reference of :func:`loss`)."""
     p = as_params(params)
     S = attention_matrix(x)

@@ -3,6 +3,7 @@ replica theory and by the finite-d side (data, gradient descent, GAMP) alike."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,7 +79,7 @@ class ERMParams:
         )
 
 
-def as_params(params=None, **overrides) -> ERMParams:
+def as_params(params: ERMParams | Mapping | None = None, **overrides) -> ERMParams:
     """``params`` as an :class:`ERMParams` (None: the reference values; a dict: its fields),
     with ``overrides`` applied."""
     if params is None:

@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from theory.attention.baseline import linear_baseline
-from theory.attention.params import as_params, check_alpha
+from theory.attention.params import ERMParams, as_params, check_alpha
 from theory.attention.quadrature import make_rule
 from theory.attention.solver import BRANCHES, WARM_EXTRAS, ERMResult, fixed_point
 from theory.results import Result
@@ -129,8 +130,8 @@ class CurveResult(Result):
 
 
 def curve(
-    alphas,
-    params=None,
+    alphas: ArrayLike,
+    params: ERMParams | Mapping | None = None,
     branches: Sequence[str] = ("semantic", "positional"),
     *,
     sweeps: Sequence[str] | None = None,
@@ -243,9 +244,9 @@ def _eps_g_minus(r, b, eps_lin):
 
 
 def transition(
-    params=None,
+    params: ERMParams | Mapping | None = None,
     *,
-    alphas=None,
+    alphas: ArrayLike = None,
     xtol: float = 1e-4,
     progress: bool = False,
     hint: float | None = None,
@@ -407,8 +408,8 @@ def _phase_rows(transitions) -> list[dict]:
 
 
 def phase_diagram(
-    omegas,
-    params=None,
+    omegas: ArrayLike,
+    params: ERMParams | Mapping | None = None,
     *,
     progress: bool = False,
     on_row: Callable[[list[dict]], None] | None = None,

@@ -16,9 +16,11 @@ every minimiser).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from theory._util import check_positive
 from theory.attention import _kernels as _K
@@ -29,7 +31,7 @@ from theory.attention.channel import (
     sample_loss_hess,
     teacher_diag_jac,
 )
-from theory.attention.params import as_params
+from theory.attention.params import ERMParams, as_params
 
 __all__ = ["ProxResult", "prox", "prox_newton_reference", "prox_reference", "prox_rows"]
 
@@ -58,7 +60,16 @@ def _per_row(v, n, name):
     return np.ascontiguousarray(v)
 
 
-def prox_rows(w, V, kappa, t1, t2, *, x_start=None, jac: bool = True) -> ProxResult:
+def prox_rows(
+    w: ArrayLike,
+    V: float | ArrayLike,
+    kappa: ArrayLike,
+    t1: ArrayLike,
+    t2: ArrayLike,
+    *,
+    x_start=None,
+    jac: bool = True,
+) -> ProxResult:
     """Prox of |x - w|²/(2V) + κ[(a(x) - t_1)² + (b(x) - t_2)²] per row.
 
     ``w`` (N, 2); ``V``, ``kappa``, ``t1``, ``t2`` scalars or (N,).  Global minimum by default;
@@ -78,7 +89,14 @@ def prox_rows(w, V, kappa, t1, t2, *, x_start=None, jac: bool = True) -> ProxRes
     return ProxResult(x=x, jac=jw, value=val, jac_t=jt, ok=ok)
 
 
-def prox(w_local, h_star, V, params, *, jac: bool = True) -> ProxResult:
+def prox(
+    w_local: ArrayLike,
+    h_star: ArrayLike,
+    V: float,
+    params: ERMParams | Mapping | None,
+    *,
+    jac: bool = True,
+) -> ProxResult:
     """Global prox of the effective per-sample loss (σ²/2)||S(x) - T(h*)||_F² per row.
 
     ``w_local`` (N, 2) student fields ω_ℓ, ``h_star`` (N, 2) teacher fields h*_ℓ, ``V`` > 0,
@@ -103,7 +121,12 @@ def prox(w_local, h_star, V, params, *, jac: bool = True) -> ProxResult:
 
 
 def prox_reference(
-    w_local, h_star, V: float, params, *, starts=None
+    w_local: ArrayLike,
+    h_star: ArrayLike,
+    V: float,
+    params: ERMParams | Mapping | None,
+    *,
+    starts=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """scipy reference of :func:`prox` (effective channel): BFGS from the kernel's start set
     plus a ring of 16 starts on the disk that contains every minimiser; lowest value wins.
@@ -217,7 +240,9 @@ def _newton_reference(x, w, V, kappa, t1, t2, *, max_iter=100, gtol=1e-13):
     return x
 
 
-def prox_newton_reference(w, V, kappa, t1, t2, *, n_grid=11) -> ProxResult:
+def prox_newton_reference(
+    w: ArrayLike, V: float | ArrayLike, kappa: ArrayLike, t1: ArrayLike, t2: ArrayLike, *, n_grid=11
+) -> ProxResult:
     """Numpy reference of :func:`prox_rows` (global minimum): vectorised safeguarded Newton
     from w, the two zero-loss points and the two best points of an ``n_grid``² grid over the
     disk |x - w| <= sqrt(2 V ℓ(w)) that contains every global minimiser; lowest value wins."""

@@ -16,6 +16,7 @@ import numpy as np
 
 from theory.attention import _quadrature_kernels as _Q
 from theory.attention.params import ERMParams
+from theory.rng import RNGLike
 
 __all__ = [
     "ETA_CUT",
@@ -124,7 +125,7 @@ def eta_rule(rule: Rule) -> tuple[np.ndarray, np.ndarray]:
 def make_rule(
     method: str = "split",
     nodes: int | None = None,
-    rng=0,
+    rng: RNGLike = 0,
     *,
     n_r: int | None = None,
     n_phi: int | None = None,
@@ -211,7 +212,15 @@ def coarse_rule() -> Rule:
 
 
 def integrate_channel(
-    rule: Rule, q, m, theta, V, p: ERMParams, *, jac: bool = False, symmetry: bool = True
+    rule: Rule,
+    q: float,
+    m: float,
+    theta: float,
+    V: float,
+    p: ERMParams,
+    *,
+    jac: bool = False,
+    symmetry: bool = True,
 ) -> tuple[np.ndarray, dict]:
     """Weighted sums of the channel quantities over ``rule`` (layout: the ``C_*`` indices of
     ``theory.attention._quadrature_kernels``) and, for the split rule, its statistics

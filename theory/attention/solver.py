@@ -12,11 +12,12 @@ parameters.  A branch that collapses onto the trivial one is stopped early (stat
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from theory.attention.params import as_params, check_alpha
+from theory.attention.params import ERMParams, as_params, check_alpha
 from theory.attention.quadrature import Rule, coarse_rule, make_rule
 from theory.attention.state_equations import (
     channel,
@@ -26,6 +27,7 @@ from theory.attention.state_equations import (
     state_map,
 )
 from theory.results import Result
+from theory.rng import RNGLike
 from theory.solve import DecayStop, solve_two_fidelity
 
 __all__ = [
@@ -66,7 +68,7 @@ LABEL_TOL = 1e-6
 COLLAPSE = 2e-2
 
 
-def label_branch(m: float, theta: float, params) -> str:
+def label_branch(m: float, theta: float, params: ERMParams | Mapping | None) -> str:
     """ "semantic" (θ ≠ 0 = m), "positional" (m ≠ 0 = θ), "trivial" or "mixed"."""
     p = as_params(params)
     has_m = abs(m) > LABEL_TOL
@@ -132,7 +134,7 @@ def _jac_for(saved, keys):
 
 def fixed_point(
     alpha: float,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     branch: str = "semantic",
     init: dict | ERMResult | None = None,
     *,
@@ -141,7 +143,7 @@ def fixed_point(
     max_iter: int = 300,
     nodes: int | None = None,
     method: str = "split",
-    rng=0,
+    rng: RNGLike = 0,
     rule: Rule | None = None,
     accel: str = "newton",
     coarse: bool = True,

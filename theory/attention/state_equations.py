@@ -13,6 +13,7 @@ per token dimension, ε_t = min L/d, ε_g = E||f(X) - y(X)||²_F/(2d).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from theory.attention import _quadrature_kernels as _Q
 from theory.attention.params import ERMParams, as_params
@@ -43,7 +44,7 @@ def channel(
     m: float,
     theta: float,
     V: float,
-    params,
+    params: ERMParams | Mapping | None,
     rule: Rule,
     *,
     jac: bool = False,
@@ -83,7 +84,13 @@ def channel(
 
 
 def hats_from_channel(
-    alpha: float, q: float, m: float, theta: float, V: float, ch: dict, params
+    alpha: float,
+    q: float,
+    m: float,
+    theta: float,
+    V: float,
+    ch: dict,
+    params: ERMParams | Mapping | None,
 ) -> dict:
     """Conjugate equations in their Stein forms (docs/attention.md eq. 11), and the derivative
     forms ``Vhat_jac``, ``thetahat_jac`` (eq. 12; they miss the jump term where x̂ jumps)."""
@@ -99,7 +106,9 @@ def hats_from_channel(
     return out
 
 
-def overlaps_from_hats(qhat: float, mhat: float, thetahat: float, Vhat: float, params) -> dict:
+def overlaps_from_hats(
+    qhat: float, mhat: float, thetahat: float, Vhat: float, params: ERMParams | Mapping | None
+) -> dict:
     """Ridge step in closed form (docs/attention.md eq. 13), D = λ + σ² V̂."""
     p = as_params(params)
     D = p.lam + p.s2 * Vhat
@@ -115,7 +124,9 @@ def overlaps_from_hats(qhat: float, mhat: float, thetahat: float, Vhat: float, p
     )
 
 
-def free_energy(alpha: float, o: dict, h: dict, EM: float, params) -> float:
+def free_energy(
+    alpha: float, o: dict, h: dict, EM: float, params: ERMParams | Mapping | None
+) -> float:
     """Φ (docs/attention.md eq. 14) at overlaps ``o`` (q, m, theta, V), hats ``h`` and the
     channel's E[M]; ε_t = -Φ."""
     p = as_params(params)
@@ -129,7 +140,9 @@ def free_energy(alpha: float, o: dict, h: dict, EM: float, params) -> float:
     )
 
 
-def phi_at(alpha: float, overlaps: dict, hats: dict, params, rule: Rule) -> float:
+def phi_at(
+    alpha: float, overlaps: dict, hats: dict, params: ERMParams | Mapping | None, rule: Rule
+) -> float:
     """Φ as a function of all eight variables (for stationarity checks): E[M] recomputed at the
     given (q, m, θ, V)."""
     ch = channel(overlaps["q"], overlaps["m"], overlaps["theta"], overlaps["V"], params, rule)

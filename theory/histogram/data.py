@@ -12,8 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from theory.rng import as_rng
+from theory.rng import RNGLike, as_rng
 
 ALPHABET = "ABCDEFGHIJKLMNO"
 L = 10  # sequence length
@@ -30,7 +31,7 @@ def encode(text: str) -> np.ndarray:
     return np.array([ALPHABET.index(c) for c in text], dtype=np.int64)
 
 
-def decode(tokens) -> str:
+def decode(tokens: ArrayLike) -> str:
     return "".join(ALPHABET[int(t)] for t in tokens)
 
 
@@ -68,7 +69,9 @@ def dedup_sequences(x: np.ndarray) -> np.ndarray:
     return x[np.sort(first)]
 
 
-def make_data(n_sequences: int = 50_000, rng=0, train_fraction: float = 0.7) -> HistogramData:
+def make_data(
+    n_sequences: int = 50_000, rng: RNGLike = 0, train_fraction: float = 0.7
+) -> HistogramData:
     """Draw ``n_sequences`` uniform sequences, remove duplicates, shuffle, split 70/30.
 
     ``rng``: an int seed (default 0; the published protocol draws its data with one fixed seed) or

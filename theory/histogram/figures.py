@@ -28,7 +28,7 @@ FULL = dict(n_sequences=50_000, epochs=200, seeds=(0, 1))
 COLORS = {"semantic": "tab:blue", "positional": "tab:orange", "both": "tab:green"}
 
 
-def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
+def plot_learning_curves(runs: dict, out: str | Path | None = None, *, title: str | None = None):
     """``runs``: {variant: [HistogramTrainResult, ...]} (one per seed).  Returns the figure."""
     use_agg()
     import matplotlib.pyplot as plt
@@ -95,7 +95,9 @@ def plot_learning_curves(runs: dict, out=None, *, title: str | None = None):
     return fig
 
 
-def plot_attention_maps(models: dict, sequences=SEQUENCES, out=None, *, title: str | None = None):
+def plot_attention_maps(
+    models: dict, sequences=SEQUENCES, out: str | Path | None = None, *, title: str | None = None
+):
     """``models``: {variant: HistogramTrainResult}; one row per model, one column per sequence.
     Cell (i, j) = attention weight of query position i on key position j (rows sum to 1)."""
     use_agg()
@@ -137,7 +139,7 @@ def plot_attention_maps(models: dict, sequences=SEQUENCES, out=None, *, title: s
     return fig
 
 
-def same_token_mass(theta, x, variant) -> tuple[float, float]:
+def same_token_mass(theta: np.ndarray, x: np.ndarray, variant: str) -> tuple[float, float]:
     """How much a query attends to OTHER positions carrying its own token.
 
     For every query i whose token occurs at least twice in its sequence: the attention weight

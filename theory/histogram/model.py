@@ -23,9 +23,10 @@ checks); :func:`unpack` returns named views.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from theory.histogram.data import L, T
-from theory.rng import as_rng
+from theory.rng import RNGLike, as_rng
 
 D = 64  # model dimension
 HALF = 32  # dims 0-31 tokens, 32-63 positions
@@ -68,7 +69,7 @@ def block_slice(name: str) -> slice:
     return slice(a, b)
 
 
-def init_params(rng, dtype=np.float32) -> np.ndarray:
+def init_params(rng: RNGLike, dtype=np.float32) -> np.ndarray:
     """PyTorch-style initialisation: embeddings N(0, 1); weights and biases of a layer with
     fan-in ``n`` uniform on (-1/sqrt(n), 1/sqrt(n)); LayerNorm gain 1, bias 0."""
     gen = as_rng(rng)
@@ -197,7 +198,7 @@ def loss_and_grad(
     return float(loss), grad
 
 
-def loss_only(theta, tokens, targets, variant="both"):
+def loss_only(theta: np.ndarray, tokens: ArrayLike, targets: ArrayLike, variant: str = "both"):
     f = qk_mask(variant).astype(theta.dtype)
     logits, _ = _forward(theta, tokens, f)
     logp = _log_softmax(logits)
@@ -205,7 +206,9 @@ def loss_only(theta, tokens, targets, variant="both"):
     return float(-logp[np.arange(t.size), t].mean())
 
 
-def predict(theta, tokens, variant="both", batch_size=512) -> np.ndarray:
+def predict(
+    theta: np.ndarray, tokens: ArrayLike, variant: str = "both", batch_size: int = 512
+) -> np.ndarray:
     """Predicted counts, shape (N, L)."""
     tokens = np.atleast_2d(np.asarray(tokens))
     f = qk_mask(variant).astype(theta.dtype)
@@ -216,7 +219,9 @@ def predict(theta, tokens, variant="both", batch_size=512) -> np.ndarray:
     return np.concatenate(out)
 
 
-def evaluate(theta, x, y, variant="both", batch_size=512) -> dict:
+def evaluate(
+    theta: np.ndarray, x: np.ndarray, y: np.ndarray, variant: str = "both", batch_size: int = 512
+) -> dict:
     """Mean loss, per-token accuracy and per-sequence accuracy on (x, y)."""
     f = qk_mask(variant).astype(theta.dtype)
     tot_loss = 0.0
@@ -235,7 +240,9 @@ def evaluate(theta, x, y, variant="both", batch_size=512) -> dict:
     return dict(loss=tot_loss / (n * L), accuracy=correct / (n * L), seq_accuracy=seq_correct / n)
 
 
-def full_gradient(theta, x, y, variant="both", batch_size=1000) -> np.ndarray:
+def full_gradient(
+    theta: np.ndarray, x: np.ndarray, y: np.ndarray, variant: str = "both", batch_size: int = 1000
+) -> np.ndarray:
     """Gradient of the mean cross-entropy over the whole set (x, y), in theta's dtype."""
     f = qk_mask(variant)
     g = np.zeros_like(theta)
@@ -245,7 +252,7 @@ def full_gradient(theta, x, y, variant="both", batch_size=1000) -> np.ndarray:
     return g
 
 
-def attention(theta, tokens, variant="both") -> np.ndarray:
+def attention(theta: np.ndarray, tokens: ArrayLike, variant: str = "both") -> np.ndarray:
     """Attention matrices softmax(q k^T / 8), shape (N, L, L) (rows = queries, sum to 1)."""
     tokens = np.atleast_2d(np.asarray(tokens))
     f = qk_mask(variant).astype(theta.dtype)

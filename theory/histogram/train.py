@@ -140,7 +140,7 @@ def _checkpoints(directory, config: dict) -> ArrayStore:
     return ArrayStore(directory, prefix=prefix)
 
 
-def checkpoint_path(directory, config: dict) -> Path:
+def checkpoint_path(directory: str | Path, config: dict) -> Path:
     """The checkpoint file of a run with ``config`` inside ``directory``."""
     return _checkpoints(directory, config).path(config)
 
@@ -164,7 +164,7 @@ def _unpack_checkpoint(arrays: dict) -> dict:
     return out
 
 
-def load_checkpoint(path) -> dict:
+def load_checkpoint(path: str | Path) -> dict:
     """The state stored in a checkpoint file: theta, init_theta, epoch, history, opt."""
     with np.load(path, allow_pickle=False) as z:
         return _unpack_checkpoint({k: z[k] for k in z.files if k != "_key"})
@@ -174,7 +174,7 @@ def train(
     data: HistogramData,
     variant: str = "semantic",
     epochs: int = 200,
-    seed=0,
+    seed: int = 0,
     *,
     optimizer: str = "adam",
     lr: float = 1e-3,
@@ -351,7 +351,7 @@ def _train(
     )
 
 
-def save_model(path, result: HistogramTrainResult) -> Path:
+def save_model(path: str | Path, result: HistogramTrainResult) -> Path:
     """Write the final parameters, settings and history (compressed npz, atomic, ~100 kB).
 
     The initial parameters are stored only if they are not the seed's default initialisation
@@ -369,7 +369,7 @@ def save_model(path, result: HistogramTrainResult) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
-def load_model(path) -> HistogramTrainResult:
+def load_model(path: str | Path) -> HistogramTrainResult:
     """Read a model written by :func:`save_model`."""
     with np.load(path, allow_pickle=False) as z:
         theta = z["theta"]

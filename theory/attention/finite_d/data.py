@@ -40,13 +40,14 @@ prox only need these four numbers and the local fields; the loss family is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from theory.attention.channel import softmax_rows, teacher_matrix
 from theory.attention.params import SIGNS, ERMParams, as_params
-from theory.rng import as_rng
+from theory.rng import RNGLike, as_rng
 
 __all__ = [
     "CHANNELS",
@@ -97,7 +98,9 @@ class Teacher:
         return teacher_matrix(hstar[:, :, None], self.params.omega, self.params.A_array)
 
 
-def make_teacher(d: int, params=None, *, rng=0, normalize: bool = True) -> Teacher:
+def make_teacher(
+    d: int, params: ERMParams | Mapping | None = None, *, rng: RNGLike = 0, normalize: bool = True
+) -> Teacher:
     """Teacher with ``Q*`` drawn N(0, I_d); with ``normalize`` (default) rescaled to
     ``|Q*|^2 = d rho / sigma^2`` so that ``sigma^2 |Q*|^2/d = rho`` exactly, as in the theory.
 
@@ -166,7 +169,7 @@ class ERMData:
         return (G.reshape(n * L) @ self.X.reshape(n * L, d)) / np.sqrt(d)
 
 
-def sample_data(teacher: Teacher, n: int, rng, *, keep_targets: bool = False) -> ERMData:
+def sample_data(teacher: Teacher, n: int, rng: RNGLike, *, keep_targets: bool = False) -> ERMData:
     """Draw ``n`` fresh samples of the model with ``teacher`` (see the module docstring)."""
     n = int(n)
     if n < 1:

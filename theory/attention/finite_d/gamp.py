@@ -35,9 +35,11 @@ fields: Stein's lemma in distribution form, :func:`stein_hats`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from theory.attention.finite_d.data import CHANNELS
 from theory.attention.finite_d.problem import (
@@ -47,7 +49,7 @@ from theory.attention.finite_d.problem import (
     initial_weights,
     make_problem,
 )
-from theory.attention.params import SIGNS, as_params
+from theory.attention.params import SIGNS, ERMParams, as_params
 from theory.attention.proximal import prox_rows
 from theory.solve import Damped, iterate
 
@@ -75,7 +77,16 @@ def default_fd_delta(n: int) -> float:
     return FD_DELTA_4000 * (n / 4000.0) ** -0.2
 
 
-def fd_divergence(w, V, kappa, t1, t2, delta, *, px=None) -> tuple[np.ndarray, float]:
+def fd_divergence(
+    w: ArrayLike,
+    V: float | ArrayLike,
+    kappa: ArrayLike,
+    t1: ArrayLike,
+    t2: ArrayLike,
+    delta,
+    *,
+    px=None,
+) -> tuple[np.ndarray, float]:
     """Per-sample divergence ``tr(d g / d w)`` of ``g = (prox(w) - w)/V`` INCLUDING the jumps of
     the global prox minimiser, from the data only: the central difference of the GLOBAL ``g``
     along both axes, ``div_mu = sum_l [g(w_mu + delta e_l) - g(w_mu - delta e_l)]_l / (2 delta)``.
@@ -170,7 +181,7 @@ def initial_gamp_weights(
 
 def run_gamp(
     alpha: float,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     d: int = 400,
     init: str = "semantic",
     seed: int = 0,
@@ -183,7 +194,7 @@ def run_gamp(
     n_test: int = 10_000,
     init_scale: float | None = None,
     problem: Problem | None = None,
-    Q0=None,
+    Q0: np.ndarray | None = None,
     return_weights: bool = False,
     prox_mode: str = "auto",
     n_global: int = 30,

@@ -14,6 +14,7 @@ minimiser, docs/attention.md §8).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,7 @@ from theory.attention.finite_d.problem import (
     make_problem,
     risk,
 )
-from theory.attention.params import as_params
+from theory.attention.params import ERMParams, as_params
 
 __all__ = [
     "METHODS",
@@ -86,7 +87,14 @@ Minimisation = tuple[np.ndarray, str, int, float, np.ndarray]
 
 
 def gradient_descent(
-    Q0, data: ERMData, lam: float, *, lr=0.15, steps=3000, tol=1e-6, record_every=50
+    Q0: np.ndarray | None,
+    data: ERMData,
+    lam: float,
+    *,
+    lr=0.15,
+    steps=3000,
+    tol=1e-6,
+    record_every=50,
 ) -> Minimisation:
     """Plain full-batch GD ``Q <- Q - lr grad L(Q)`` (the paper's protocol).
 
@@ -104,7 +112,14 @@ def gradient_descent(
 
 
 def nesterov(
-    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, L0=1.0
+    Q0: np.ndarray | None,
+    data: ERMData,
+    lam: float,
+    *,
+    steps=3000,
+    tol=1e-6,
+    record_every=50,
+    L0=1.0,
 ) -> Minimisation:
     """Nesterov's accelerated gradient with a backtracked Lipschitz estimate and adaptive restart.
 
@@ -149,7 +164,15 @@ def nesterov(
 
 
 def barzilai_borwein(
-    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=50, memory=10, lr0=0.1
+    Q0: np.ndarray | None,
+    data: ERMData,
+    lam: float,
+    *,
+    steps=3000,
+    tol=1e-6,
+    record_every=50,
+    memory=10,
+    lr0=0.1,
 ) -> Minimisation:
     """Barzilai-Borwein steps with the non-monotone line search of Grippo-Lampariello-Lucidi
     (Raydan 1997): step ``s.s / s.y`` (BB1, clipped to [1e-6, 1e6]); accept when
@@ -178,7 +201,7 @@ def barzilai_borwein(
 
 
 def lbfgs(
-    Q0, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=None
+    Q0: np.ndarray | None, data: ERMData, lam: float, *, steps=3000, tol=1e-6, record_every=None
 ) -> Minimisation:
     """L-BFGS (scipy) on the same risk; a faster route to the local minimum of the basin."""
     from scipy.optimize import minimize
@@ -205,7 +228,7 @@ METHODS = {"nesterov": nesterov, "bb": barzilai_borwein, "gd": gradient_descent,
 
 def simulate_gd(
     alpha: float,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     d: int = 400,
     init: str = "semantic",
     seed: int = 0,
@@ -217,7 +240,7 @@ def simulate_gd(
     init_scale: float = 1.0,
     method: str = "nesterov",
     problem: Problem | None = None,
-    Q0=None,
+    Q0: np.ndarray | None = None,
 ) -> ERMSimResult:
     """Minimise the empirical risk from ``init`` at dimension ``d``; one seed.
 

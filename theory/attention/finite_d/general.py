@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,8 +34,9 @@ import numpy as np
 from theory.attention.channel import attention
 from theory.attention.general.channel import teacher_matrix
 from theory.attention.general.params import GeneralParams, as_params
+from theory.attention.params import ERMParams
 from theory.results import Result
-from theory.rng import as_rng
+from theory.rng import RNGLike, as_rng
 
 INITS = ("semantic", "positional", "random")
 
@@ -46,7 +48,7 @@ def _leading_direction(G):
     return v * np.sign(v[j])
 
 
-def encodings(G, d: int, rng=0) -> np.ndarray:
+def encodings(G, d: int, rng: RNGLike = 0) -> np.ndarray:
     """Encodings P (L, d) with P Pᵀ = G (see module docstring); U's first column is 1_d/√d, the
     others are a random orthonormal completion drawn from ``rng``."""
     G = np.asarray(G, float)
@@ -109,7 +111,9 @@ class GeneralProblem:
         return self.P.shape[1]
 
 
-def sample_data(p: GeneralParams, P, qstar, n: int, rng, *, keep_tokens=False) -> GeneralData:
+def sample_data(
+    p: GeneralParams, P, qstar, n: int, rng: RNGLike, *, keep_tokens=False
+) -> GeneralData:
     gen = as_rng(rng)
     L, d = P.shape
     Z = gen.standard_normal((n, L, d)) * p.sigma
@@ -126,7 +130,14 @@ def sample_data(p: GeneralParams, P, qstar, n: int, rng, *, keep_tokens=False) -
 
 
 def make_problem(
-    alpha, params=None, d=200, seed=0, *, n_test=5000, keep_tokens=False, **overrides
+    alpha,
+    params: ERMParams | Mapping | None = None,
+    d=200,
+    seed=0,
+    *,
+    n_test=5000,
+    keep_tokens=False,
+    **overrides,
 ) -> GeneralProblem:
     """Encodings, teacher and ``n = round(alpha d)`` training samples from ``seed`` (independent
     SeedSequence streams: encodings, teacher, train, test, init)."""
@@ -157,7 +168,7 @@ def make_problem(
     )
 
 
-def sample_losses(Q, data: GeneralData) -> np.ndarray:
+def sample_losses(Q: np.ndarray, data: GeneralData) -> np.ndarray:
     """Per-sample ||S X - T Z||²/(2d) from the Gram matrices, shape (n,)."""
     n, L, d = data.X.shape
     H = (data.X.reshape(n * L, d) @ Q).reshape(n, L, -1) / math.sqrt(d)
@@ -166,7 +177,7 @@ def sample_losses(Q, data: GeneralData) -> np.ndarray:
     return (quad - 2 * (S * data.C).sum(axis=(1, 2)) + data.c0) / (2 * d)
 
 
-def risk(Q, data: GeneralData, lam: float) -> tuple[float, np.ndarray]:
+def risk(Q: np.ndarray, data: GeneralData, lam: float) -> tuple[float, np.ndarray]:
     """(L(Q), ∂L/∂Q): the exact empirical risk (ridge included) and its gradient (d, r)."""
     n, L, d = data.X.shape
     Xf = data.X.reshape(n * L, d)
@@ -181,7 +192,7 @@ def risk(Q, data: GeneralData, lam: float) -> tuple[float, np.ndarray]:
     return val + 0.5 * lam * (Q * Q).sum(), grad + lam * Q
 
 
-def naive_risk(Q, data: GeneralData, p: GeneralParams) -> float:
+def naive_risk(Q: np.ndarray, data: GeneralData, p: GeneralParams) -> float:
     """Reference: Σ ||softmax(XQ(XQ)ᵀ/d) X - T Z||²/(2d) + (λ/2)|Q|² from the full tokens."""
     if data.Z is None:
         raise ValueError("naive_risk needs the tokens: make the problem with keep_tokens=True")
@@ -192,12 +203,12 @@ def naive_risk(Q, data: GeneralData, p: GeneralParams) -> float:
     return float((R**2).sum() / (2 * d) + 0.5 * p.lam * (Q * Q).sum())
 
 
-def overlaps(Q, prob: GeneralProblem) -> dict:
+def overlaps(Q: np.ndarray, prob: GeneralProblem) -> dict:
     d, s2 = prob.d, prob.params.s2
     return dict(q=s2 * Q.T @ Q / d, m=prob.P @ Q / math.sqrt(d), theta=s2 * Q.T @ prob.qstar / d)
 
 
-def test_error(Q, prob: GeneralProblem, chunk: int = 1000) -> tuple[float, float]:
+def test_error(Q: np.ndarray, prob: GeneralProblem, chunk: int = 1000) -> tuple[float, float]:
     gen = np.random.default_rng(prob.test_seed)
     vals = []
     k = 0
@@ -250,7 +261,7 @@ class GeneralSimResult(Result):
 
 def simulate(
     alpha,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     d=200,
     init="semantic",
     seed=0,
@@ -260,7 +271,7 @@ def simulate(
     tol=1e-7,
     init_scale=1.0,
     problem: GeneralProblem | None = None,
-    Q0=None,
+    Q0: np.ndarray | None = None,
     **overrides,
 ) -> GeneralSimResult:
     """Minimise the exact empirical risk by L-BFGS (scipy) from ``init``; one seed.
@@ -364,7 +375,7 @@ class FixedMSimResult(Result):
 def simulate_fixed_m(
     alpha,
     m,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     d=400,
     seed=0,
     *,

@@ -18,6 +18,7 @@ over ``n_test`` fresh samples with its standard error ``eps_g_err``; ``q = sigma
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,7 +93,7 @@ class Problem:
 
 def make_problem(
     alpha: float,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     d: int = 400,
     seed: int = 0,
     *,
@@ -141,7 +142,7 @@ def initial_weights(
 
 
 def risk(
-    Q, data: ERMData, lam: float, *, channel: str = "exact", sigma: float = 0.5
+    Q: np.ndarray, data: ERMData, lam: float, *, channel: str = "exact", sigma: float = 0.5
 ) -> tuple[float, np.ndarray]:
     """``(L(Q), grad L(Q))``: empirical risk (ridge included) and its gradient, shape ``(d,)``
     (two BLAS matrix-vector products with the (2n, d) token matrix)."""
@@ -150,12 +151,12 @@ def risk(
     return losses.sum() + 0.5 * lam * (Q @ Q), data.backproject(gh) + lam * Q
 
 
-def naive_risk(Q, data: ERMData, lam: float) -> float:
+def naive_risk(Q: np.ndarray, data: ERMData, lam: float) -> float:
     """Reference ``L(Q)`` from the full softmax and tokens (needs ``keep_targets=True`` data)."""
     return naive_sample_losses(Q, data).sum() + 0.5 * lam * (Q @ Q)
 
 
-def overlaps(Q, teacher: Teacher) -> dict:
+def overlaps(Q: np.ndarray, teacher: Teacher) -> dict:
     """``q, m, theta, theta_over_sigma2, m_over_sigma2`` of weights ``Q`` (module docstring)."""
     d, s2 = teacher.d, teacher.sigma**2
     m = abs(Q.sum()) / d
@@ -163,7 +164,7 @@ def overlaps(Q, teacher: Teacher) -> dict:
     return dict(q=s2 * (Q @ Q) / d, m=m, theta=s2 * tq, theta_over_sigma2=tq, m_over_sigma2=m / s2)
 
 
-def test_error(Q, problem: Problem, *, chunk: int = TEST_CHUNK) -> tuple[float, float]:
+def test_error(Q: np.ndarray, problem: Problem, *, chunk: int = TEST_CHUNK) -> tuple[float, float]:
     """``eps_g`` and its standard error on ``problem.n_test`` fresh samples (drawn in chunks)."""
     rng = np.random.default_rng(problem.test_seed)
     tot, tot2, k = 0.0, 0.0, 0
@@ -179,7 +180,7 @@ def test_error(Q, problem: Problem, *, chunk: int = TEST_CHUNK) -> tuple[float, 
     return mean, np.sqrt(var / k)
 
 
-def evaluate(Q, problem: Problem, *, init: str) -> dict:
+def evaluate(Q: np.ndarray, problem: Problem, *, init: str) -> dict:
     """The reported fields of a finite-d run at weights ``Q`` (module docstring) and the
     identifiers ``alpha, omega, d, n, seed, init``."""
     d = problem.d

@@ -11,6 +11,7 @@ iteration loop with the same damping.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,7 @@ from theory.attention.finite_d.gamp import (
     stein_hats,
 )
 from theory.attention.finite_d.problem import Problem, make_problem
-from theory.attention.params import SIGNS, as_params
+from theory.attention.params import SIGNS, ERMParams, as_params
 from theory.attention.proximal import prox_rows
 from theory.attention.quadrature import Rule, make_rule
 from theory.attention.state_equations import (
@@ -35,7 +36,7 @@ from theory.attention.state_equations import (
 )
 from theory.gauss import cov_root
 from theory.results import Result
-from theory.rng import as_rng
+from theory.rng import RNGLike, as_rng
 from theory.solve import Damped, iterate
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-def instance_gram(problem: Problem, Q0) -> np.ndarray:
+def instance_gram(problem: Problem, Q0: np.ndarray | None) -> np.ndarray:
     """Gram matrix ``G[i, j] = e_i . e_j / d`` of the basis ``(1_d, Q*, Q0)`` of one instance:
     the exact initial overlaps for :func:`state_evolution` (the "matching initialisation")."""
     E = np.stack([np.ones(problem.d), problem.teacher.qstar, np.asarray(Q0, float)])
@@ -84,14 +85,14 @@ class SEResult(Result):
 
 def state_evolution(
     alpha: float,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     n_iter: int = 30,
     *,
-    gram,
+    gram: np.ndarray,
     V0: float = 10.0,
     mixing: float = 0.3,
     n_pop: int = 100_000,
-    rng=0,
+    rng: RNGLike = 0,
     divergence: str = "stein",
 ) -> SEResult:
     """State evolution of :func:`~theory.attention.finite_d.gamp.run_gamp` (effective channel,
@@ -238,7 +239,7 @@ def state_evolution(
 def state_evolution_onetime(
     state0: dict,
     alpha: float,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     n_iter: int = 10,
     *,
     mixing: float = 1.0,
@@ -297,7 +298,7 @@ class TrackingResult(Result):
 
 def tracking(
     alpha: float,
-    params=None,
+    params: ERMParams | Mapping | None = None,
     d: int = 400,
     seed: int = 0,
     init: str = "semantic",

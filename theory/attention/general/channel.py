@@ -5,17 +5,19 @@ T(h*) = (1 - ω) S(h*) + ω A.  The softmax and the teacher matrix are the L = 2
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from theory.attention.channel import attention
 from theory.attention.channel import teacher_matrix as _teacher_matrix
 from theory.attention.general import _kernels as _K
-from theory.attention.general.params import as_params
+from theory.attention.general.params import GeneralParams, as_params
 
 __all__ = ["loss", "loss_grad", "loss_grad_reference", "teacher_matrix"]
 
 
-def teacher_matrix(hs: np.ndarray, params) -> np.ndarray:
+def teacher_matrix(hs: np.ndarray, params: GeneralParams | Mapping | None) -> np.ndarray:
     """T(h*) = (1-ω) softmax_row(h* h*ᵀ) + ω A for h* (..., L, r_t) → (..., L, L)."""
     p = as_params(params)
     return _teacher_matrix(hs, p.omega, p.A_array)

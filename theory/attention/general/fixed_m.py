@@ -10,6 +10,7 @@ the damped iteration does not go (the L = 3 study: docs/findings.md §3).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ from theory.attention.general.state_equations import (
     pooled,
 )
 from theory.results import Result
+from theory.rng import RNGLike
 from theory.solve import QuasiNewton, iterate
 
 __all__ = ["FixedMResult", "fixed_m_map", "fixed_m_point"]
@@ -79,7 +81,7 @@ def fixed_m_map(alpha: float, p: GeneralParams, m: np.ndarray, q: float, V: floa
 def fixed_m_point(
     alpha: float,
     m,
-    params=None,
+    params: GeneralParams | Mapping | None = None,
     *,
     q0: float = 0.1,
     V0: float = 10.0,
@@ -88,7 +90,7 @@ def fixed_m_point(
     n: int = 2**12,
     n_rep: int = 2,
     method: str = "qmc",
-    rng=0,
+    rng: RNGLike = 0,
     nodes: Nodes | None = None,
     error: bool = True,
 ) -> FixedMResult:

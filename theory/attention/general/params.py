@@ -4,6 +4,7 @@ matrix G); accepted by the theory and by the finite-d simulator alike."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,7 +137,7 @@ class GeneralParams:
         )
 
 
-def as_params(params=None, **overrides) -> GeneralParams:
+def as_params(params: GeneralParams | Mapping | None = None, **overrides) -> GeneralParams:
     if params is None:
         return GeneralParams(**overrides)
     if isinstance(params, dict):

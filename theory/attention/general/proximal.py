@@ -5,14 +5,15 @@ its scipy reference, and its Jacobian in the smooth part."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from theory.attention.general import _kernels as _K
 from theory.attention.general.channel import loss_grad_reference, teacher_matrix
-from theory.attention.general.params import as_params
-from theory.rng import as_rng
+from theory.attention.general.params import GeneralParams, as_params
+from theory.rng import RNGLike, as_rng
 
 __all__ = ["ProxResult", "prox", "prox_jacobian", "prox_reference"]
 
@@ -35,7 +36,7 @@ class ProxResult:
     ok: np.ndarray
 
 
-def prox(w, hs, V, params, *, warm=None) -> ProxResult:
+def prox(w, hs, V, params: GeneralParams | Mapping | None, *, warm=None) -> ProxResult:
     """Global minimiser of Σ_ℓ (x_ℓ - w_ℓ)ᵀV⁻¹(x_ℓ - w_ℓ)/2 + ℓ(x; h*) per row (numba, parallel).
 
     w (N, L, r) student fields; hs (N, L, r_t) teacher fields; V (r×r, or a scalar for r = 1);
@@ -56,7 +57,9 @@ def prox(w, hs, V, params, *, warm=None) -> ProxResult:
     return ProxResult(x=x, value=val, ok=ok)
 
 
-def prox_reference(w, hs, V, params, *, n_random: int = 16, rng=0):
+def prox_reference(
+    w, hs, V, params: GeneralParams | Mapping | None, *, n_random: int = 16, rng: RNGLike = 0
+):
     """scipy BFGS reference of :func:`prox`: the same deterministic starts plus ``n_random``
     random ones (w + N(0, (1 + |w|²/n) I)); lowest value wins.  Slow (Python loop over rows)."""
     from scipy.optimize import minimize
@@ -96,7 +99,7 @@ def prox_reference(w, hs, V, params, *, n_random: int = 16, rng=0):
     return xs, vals
 
 
-def prox_jacobian(x, hs, V, params) -> np.ndarray:
+def prox_jacobian(x, hs, V, params: GeneralParams | Mapping | None) -> np.ndarray:
     """∂x̂/∂ω at a prox minimiser x̂ (r = 1, away from basin jumps): (I + V ∇²ℓ(x̂))⁻¹
     (implicit function theorem on x̂ - ω + V ∇ℓ(x̂) = 0), ∇²ℓ by central differences of the
     analytic gradient.  x (N, L, 1), hs (N, L, r_t) → (N, L, L)."""

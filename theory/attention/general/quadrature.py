@@ -4,12 +4,13 @@ normals, FROZEN during an iteration (the map is then deterministic)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from theory.attention.general.params import as_params
-from theory.rng import as_rng
+from theory.attention.general.params import GeneralParams, as_params
+from theory.rng import RNGLike, as_rng
 
 __all__ = ["Nodes", "make_nodes", "replicate_errors"]
 
@@ -38,7 +39,13 @@ class Nodes:
         return dict(method=self.method, n=self.n, n_rep=self.n_rep)
 
 
-def make_nodes(params, n: int = 2**13, n_rep: int = 4, method: str = "qmc", rng=0) -> Nodes:
+def make_nodes(
+    params: GeneralParams | Mapping | None,
+    n: int = 2**13,
+    n_rep: int = 4,
+    method: str = "qmc",
+    rng: RNGLike = 0,
+) -> Nodes:
     """``n_rep`` independent scramblings of ``n`` scrambled-Sobol normal points in L(r + r_t)
     dimensions (``method="qmc"``, n a power of 2), or i.i.d. normals (``"mc"``)."""
     from theory.gauss import sobol_normal

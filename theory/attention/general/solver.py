@@ -10,12 +10,13 @@ error bar is the standard error of the ``n_rep`` fixed points re-solved on each 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from theory._util import check_positive
-from theory.attention.general.params import as_params
+from theory.attention.general.params import GeneralParams, as_params
 from theory.attention.general.quadrature import Nodes, make_nodes, replicate_errors
 from theory.attention.general.state_equations import (
     channel,
@@ -26,6 +27,7 @@ from theory.attention.general.state_equations import (
     pooled,
 )
 from theory.results import Result
+from theory.rng import RNGLike
 from theory.solve import Anderson, Damped, DecayStop, iterate
 
 __all__ = [
@@ -43,7 +45,7 @@ KEYS = ("q", "m", "theta", "V")
 ERR_FIELDS = ("q", "m", "theta", "V", "qhat", "mhat", "thetahat", "Vhat", "eps_t", "eps_g")
 
 
-def default_init(branch: str, params) -> dict:
+def default_init(branch: str, params: GeneralParams | Mapping | None) -> dict:
     """Cold starts (L = 2, r = 1: those of :data:`theory.attention.solver.DEFAULT_INIT`).
 
     semantic: q = 0.9 I, θ = 0.35 on the leading diagonal, m = 0, V = I;
@@ -74,7 +76,7 @@ def default_init(branch: str, params) -> dict:
 LABEL_TOL = 1e-6
 
 
-def label_branch(m, theta, params) -> str:
+def label_branch(m, theta, params: GeneralParams | Mapping | None) -> str:
     p = as_params(params)
     has_m = np.abs(m).max() > LABEL_TOL
     has_t = np.abs(theta).max() / p.s2 > LABEL_TOL
@@ -281,7 +283,7 @@ def _evaluate(alpha, p, o, nodes, warm):
 
 def fixed_point(
     alpha: float,
-    params=None,
+    params: GeneralParams | Mapping | None = None,
     branch: str = "semantic",
     init: dict | None = None,
     *,
@@ -291,7 +293,7 @@ def fixed_point(
     n: int = 2**13,
     n_rep: int = 4,
     method: str = "qmc",
-    rng=0,
+    rng: RNGLike = 0,
     nodes: Nodes | None = None,
     error: bool = True,
     accel: str = "anderson",

@@ -5,15 +5,17 @@ tell on the positional side: docs/findings.md §3."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from theory.attention.general.params import as_params
+from theory.attention.general.params import GeneralParams, as_params
 from theory.attention.general.proximal import prox, prox_jacobian
 from theory.attention.general.quadrature import make_nodes
 from theory.attention.general.state_equations import fields
 from theory.results import Result
+from theory.rng import RNGLike
 
 __all__ = ["RepliconResult", "replicon_smooth"]
 
@@ -26,7 +28,14 @@ class RepliconResult(Result):
     value_err: float
 
 
-def replicon_smooth(alpha: float, o: dict, params=None, *, n: int = 2**14, rng=0) -> RepliconResult:
+def replicon_smooth(
+    alpha: float,
+    o: dict,
+    params: GeneralParams | Mapping | None = None,
+    *,
+    n: int = 2**14,
+    rng: RNGLike = 0,
+) -> RepliconResult:
     """Smooth part of the de Almeida-Thouless (replicon) quantity of the RS solution, r = 1:
 
         λ_AT = α E[ ||∂x̂/∂ω - I||_F² ] = α V² E[ Σ_ℓℓ' (∂g_ℓ/∂ω_ℓ')² ],

@@ -13,6 +13,7 @@ teacher fields ``hs`` (N, L, r_t), nodes ``xi`` (R, N, L, r), ``eta`` (R, N, L, 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def fields(o: dict, p: GeneralParams, nodes: Nodes):
     return w, hs, sqi, c
 
 
-def channel(o: dict, params, nodes: Nodes, *, warm=None) -> dict:
+def channel(o: dict, params: GeneralParams | Mapping | None, nodes: Nodes, *, warm=None) -> dict:
     """Expectations at overlaps ``o`` = dict(q, m, theta, V) (matrices), per replicate.
 
     Returns arrays with a leading replicate axis R: ``gg`` (R, r, r) = E[Σ_ℓ g_ℓ g_ℓᵀ],
@@ -108,7 +109,7 @@ def pooled(ch: dict) -> dict:
     return out
 
 
-def hats_from_channel(alpha, o: dict, ch: dict, params) -> dict:
+def hats_from_channel(alpha, o: dict, ch: dict, params: GeneralParams | Mapping | None) -> dict:
     """Conjugate equations in their Stein forms (docs/attention.md eq. 24) from POOLED
     expectations ``ch`` (:func:`pooled`)."""
     as_params(params)
@@ -120,7 +121,7 @@ def hats_from_channel(alpha, o: dict, ch: dict, params) -> dict:
     return dict(qhat=qhat, mhat=mhat, thetahat=thetahat, Vhat=Vhat)
 
 
-def overlaps_from_hats(h: dict, params) -> dict:
+def overlaps_from_hats(h: dict, params: GeneralParams | Mapping | None) -> dict:
     """Ridge step in closed form (docs/attention.md eq. 25), K = (λ I + σ² V̂)⁻¹."""
     p = as_params(params)
     D = p.lam * np.eye(p.r) + p.s2 * h["Vhat"]
@@ -139,7 +140,9 @@ def overlaps_from_hats(h: dict, params) -> dict:
     )
 
 
-def free_energy(alpha, o: dict, h: dict, EM: float, params) -> float:
+def free_energy(
+    alpha, o: dict, h: dict, EM: float, params: GeneralParams | Mapping | None
+) -> float:
     """Φ (docs/attention.md eq. 23) at overlaps ``o`` and hats ``h``; ε_t = -Φ."""
     p = as_params(params)
     K = np.linalg.inv(p.lam * np.eye(p.r) + p.s2 * h["Vhat"])
