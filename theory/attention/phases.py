@@ -251,7 +251,7 @@ def transition(
     progress: bool = False,
     hint: float | None = None,
     hint_l: float | None = None,
-    seeds: dict | None = None,
+    starts: dict | None = None,
     step: float = 1.25,
     **fp_kwargs,
 ) -> TransitionResult:
@@ -261,7 +261,7 @@ def transition(
     refined by Brent to ``xtol``.  Bracketing: on the grid ``alphas`` when given (first sign
     change), otherwise adaptively -- from ``hint`` (default 1) in geometric steps of ``step``
     towards the sign change (α in [0.02, 50]).  Every fixed point is warm-started from the
-    nearest ones already solved on its branch (linear extrapolation in α), or from ``seeds``
+    nearest ones already solved on its branch (linear extrapolation in α), or from ``starts``
     ({branch: dict(q, m, theta, V)}) for the first one -- how :func:`phase_diagram` carries the
     solution from one ω to the next.  α_l: where the global minimiser's ε_g crosses ε_g^lin --
     inside the positional branch below α_c, at α_c itself when the drop happens in the jump,
@@ -284,7 +284,7 @@ def transition(
     def warm(a, b):
         good = sorted((x for x, r in solved[b].items() if ok(r, b)), key=lambda x: abs(x - a))
         if not good:
-            return (seeds or {}).get(b)
+            return (starts or {}).get(b)
         r1 = solved[b][good[0]]
         if len(good) < 2 or abs(good[0] - a) < 1e-12:
             return r1
@@ -361,7 +361,7 @@ def transition(
     if bar is not None:
         bar.close()
     status = "converged" if math.isfinite(alpha_c) and math.isfinite(alpha_l) else "max_iter"
-    seeds_out = (
+    starts_out = (
         {
             b: {k: getattr(solve_at(alpha_c, b), k) for k in ("q", "m", "theta", "V")}
             for b in ("semantic", "positional")
@@ -380,7 +380,7 @@ def transition(
             grid=[float(x) for x in grid],
             dE_evaluations=rc.values,
             solved=sum(len(v) for v in solved.values()),
-            seeds_at_alpha_c=seeds_out,
+            starts_at_alpha_c=starts_out,
         ),
         **out,
     )
@@ -427,7 +427,7 @@ def phase_diagram(
         from tqdm import tqdm
 
         it = tqdm(omegas, desc="phase diagram")
-    hint, seeds = kw.pop("hint", None), kw.pop("seeds", None)
+    hint, starts = kw.pop("hint", None), kw.pop("starts", None)
     done = []  # (ω, α_c, α_l) of the converged ω so far
     trs = []
     for w in it:
@@ -440,12 +440,12 @@ def phase_diagram(
                 hint_l = math.exp(math.log(l2) + t_ * (math.log(l2) - math.log(l1)))
             step = 1.04
         t = transition(
-            p.replace(omega=float(w)), hint=hint, hint_l=hint_l, seeds=seeds, step=step, **kw
+            p.replace(omega=float(w)), hint=hint, hint_l=hint_l, starts=starts, step=step, **kw
         )
         trs.append(t)
         if math.isfinite(t.alpha_c):
             done.append((float(w), t.alpha_c, t.alpha_l))
-            hint, seeds = t.alpha_c, t.metadata.get("seeds_at_alpha_c")
+            hint, starts = t.alpha_c, t.metadata.get("starts_at_alpha_c")
         if on_row is not None:
             on_row(_phase_rows(trs))
     bad = [t.omega for t in trs if not t.converged]
