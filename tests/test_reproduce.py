@@ -303,3 +303,64 @@ def test_sigterm_keeps_finished_pieces(tmp_path):
     )
     listed = {r["name"]: r["cached"] for r in json.loads(res.stdout)["figures"]}
     assert listed == {"quick-one": True, "slow-one": False}
+
+
+def test_every_package_piece_says_what_it_reproduces(capsys):
+    """Each of the package's own pieces names its paper, its figure and the files it writes,
+    and ``--list --json`` prints them (issue 12 §1)."""
+    from theory.cli import main
+    from theory.plotting import PAPERS
+
+    pieces = rp.discover()
+    for p in pieces.values():
+        d = p.describe()
+        assert d["paper"] in PAPERS, p.name
+        assert d["ref"] and d["what"], p.name
+        assert d["files"] and all("/" not in f for f in d["files"]), p.name
+    assert main(["reproduce", "--list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["figures"]
+    assert [r["name"] for r in rows] == list(pieces)
+    assert all({"name", "paper", "ref", "files"} <= set(r) for r in rows)
+
+
+def test_reproduces_rejects_an_unknown_paper_and_an_empty_ref():
+    from theory.plotting import reproduces
+
+    with pytest.raises(ValueError, match="paper must be one of"):
+        reproduces("nature2099", "Fig. 1", "x", ["a.png"])
+    with pytest.raises(ValueError, match="non-empty ref"):
+        reproduces("beyond", "", "x", ["a.png"])
+    with pytest.raises(ValueError, match="at least one file"):
+        reproduces("beyond", "Fig. 1", "x", [])
+
+
+def test_quick_and_full_write_to_their_own_folders():
+    assert rp.default_out(True).as_posix() == "figures/quick"
+    assert rp.default_out(False).as_posix() == "figures/full"
+
+
+def test_a_piece_that_does_not_write_what_it_declares_fails(tmp_path, monkeypatch):
+    name = f"fake_decl_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        textwrap.dedent("""
+        from pathlib import Path
+        from theory.plotting import reproduces
+
+        @reproduces("beyond", "Fig. 0", "a check", ["a.png", "b.png"])
+        def half(out_dir, quick):
+            p = Path(out_dir) / "a.png"
+            p.write_bytes(b"x")
+            return dict(files=[p], numbers=[])
+
+        FIGURES = {"half": half}
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        rep = rp.run_reproduce(
+            out=tmp_path / "out", modules=[name], progress=False, log=lambda m: None
+        )
+    finally:
+        sys.modules.pop(name, None)
+    (o,) = rep.outcomes
+    assert o.status == "failed" and "b.png" in o.error and o.ref == "Fig. 0"

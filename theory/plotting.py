@@ -14,10 +14,58 @@ seeds per x (mean and standard error are then computed).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
 THEORY_STYLE = dict(lw=1.8)
+
+#: Where a reproduced figure comes from: the two papers, or ``beyond`` them (this package's own).
+PAPERS = {
+    "cui2024": "Cui, Behrens, Krzakala, Zdeborová, positional vs semantic learning "
+    "(arXiv:2402.03902v2)",
+    "arnaboldi2025": "Arnaboldi, Loureiro, Stephan, Krzakala, Zdeborová, SGD in sequence "
+    "single-index models",
+    "beyond": "not in either paper: a check or extension of this package",
+}
+
+
+@dataclass(frozen=True)
+class Reproduces:
+    """What a ``theory reproduce`` piece reproduces: ``paper`` (a key of :data:`PAPERS`), the
+    figure ``ref`` in it (``"Fig. 3"``, ``"App. finite-size"``), one line on ``what`` it shows,
+    and the ``files`` it writes (names relative to the output folder)."""
+
+    paper: str
+    ref: str
+    what: str
+    files: tuple[str, ...]
+
+
+def reproduces(paper: str, ref: str, what: str, files):
+    """Decorator for a figure function: record what it reproduces (see :class:`Reproduces`).
+
+    >>> @reproduces("arnaboldi2025", "Fig. 4", "the (a, omega) phase diagram", ["pd.png"])
+    ... def fig(out_dir, quick): ...
+    >>> fig.reproduces.ref
+    'Fig. 4'
+    """
+    if paper not in PAPERS:
+        raise ValueError(f"paper must be one of {sorted(PAPERS)}, got {paper!r}")
+    if not ref or not what:
+        raise ValueError("a reproduced figure needs a non-empty ref and what")
+    files = (files,) if isinstance(files, str) else tuple(files)
+    if not files:
+        raise ValueError("a reproduced figure needs at least one file name")
+    meta = Reproduces(paper, str(ref), str(what), tuple(str(f) for f in files))
+
+    def mark(fn):
+        fn.reproduces = meta
+        return fn
+
+    return mark
+
+
 SIM_STYLE = dict(fmt="o", ms=4, capsize=2.5, lw=1.0)
 
 

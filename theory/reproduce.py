@@ -40,6 +40,7 @@ from pathlib import Path
 
 from theory import __version__
 from theory._util import atomic_write_text, to_jsonable
+from theory.plotting import Reproduces
 from theory.store import Store
 
 FIGURE_MODULES: tuple[str, ...] = (
@@ -70,12 +71,27 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Piece:
-    """One reproducible figure: its name, the function that makes it, where it is defined."""
+    """One reproducible figure: its name, the function that makes it, where it is defined, and
+    what it reproduces (:class:`theory.plotting.Reproduces`, set by the ``@reproduces``
+    decorator; ``None`` for a user's figure that does not say)."""
 
     name: str
     fn: Callable
     module: str
     source_hash: str
+    meta: Reproduces | None = None
+
+    def describe(self) -> dict:
+        """``name``, ``paper``, ``ref``, ``what``, ``files`` and ``module`` of the piece."""
+        m = self.meta
+        return dict(
+            name=self.name,
+            paper=m.paper if m else None,
+            ref=m.ref if m else None,
+            what=m.what if m else None,
+            files=list(m.files) if m else [],
+            module=self.module,
+        )
 
 
 @dataclass
@@ -88,6 +104,8 @@ class Outcome:
     numbers: list = field(default_factory=list)
     error: str | None = None
     cache_file: str | None = None
+    paper: str | None = None
+    ref: str | None = None
 
     def to_dict(self) -> dict:
         return to_jsonable(
@@ -100,6 +118,8 @@ class Outcome:
                 numbers=self.numbers,
                 error=self.error,
                 cache_file=self.cache_file,
+                paper=self.paper,
+                ref=self.ref,
             )
         )
 
@@ -222,7 +242,13 @@ def discover(modules: Iterable[str] | None = None) -> dict[str, Piece]:
                     closure[m] = source_closure(m)
             blob = json.dumps({m: closure[m] for m in sorted({modname, fn_mod})}, sort_keys=True)
             src = hashlib.sha256(blob.encode()).hexdigest()
-            pieces[str(name)] = Piece(str(name), fn, modname, src)
+            meta = getattr(fn, "reproduces", None)
+            if meta is not None and not isinstance(meta, Reproduces):
+                raise ValueError(
+                    f"{modname}.FIGURES[{name!r}].reproduces must come from "
+                    "theory.plotting.reproduces"
+                )
+            pieces[str(name)] = Piece(str(name), fn, modname, src, meta)
     return pieces
 
 
@@ -329,7 +355,7 @@ def _error_text(exc: BaseException) -> str:
 def run_reproduce(
     names: Iterable[str] | None = None,
     *,
-    out="figures",
+    out=None,
     quick: bool = True,
     workers: int = 1,
     force: bool = False,
@@ -339,9 +365,10 @@ def run_reproduce(
 ) -> Report:
     """Run the selected figure pieces, reuse cached ones, write ``<out>/SUMMARY.md``.
 
+    ``out`` defaults to :func:`default_out` (``figures/quick`` or ``figures/full``).
     ``force=True`` ignores the cache.  ``workers > 1`` runs pieces in that many processes.
     """
-    out = Path(out)
+    out = default_out(quick) if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
     workers = int(workers)
     if workers < 1:
@@ -385,6 +412,13 @@ def run_reproduce(
         if exc is None:
             try:
                 res = _normalise_result(out, raw)
+                declared = set(p.meta.files) if p.meta else set()
+                missing = sorted(declared - {Path(f).name for f in res["files"]})
+                if missing:
+                    raise FileNotFoundError(
+                        f"the piece declares {', '.join(missing)} (@reproduces) but did not "
+                        "return it"
+                    )
             except Exception as e:
                 exc = e
         if exc is not None:
@@ -464,6 +498,9 @@ def run_reproduce(
             else:
                 outcomes[name] = Outcome(name, p.module, "not run")
         ordered = [outcomes[n] for n in pieces if n in outcomes]
+        for o in ordered:
+            described = pieces[o.name].describe()
+            o.paper, o.ref = described["paper"], described["ref"]
         report = Report(out, quick, ordered, time.perf_counter() - t_start)
         report.summary = write_summary(report)
     return report
@@ -525,28 +562,34 @@ def write_summary(report: Report) -> Path:
         "",
         "## Figures",
         "",
-        "| figure | module | status | time (s) | files |",
-        "|---|---|---|---|---|",
+        "| figure | reproduces | module | status | time (s) | files |",
+        "|---|---|---|---|---|---|",
     ]
     for o in report.outcomes:
         status = o.status if o.status != "failed" else f"**failed**: {o.error}"
         secs = "" if o.seconds is None else f"{o.seconds:.1f}"
         files = ", ".join(f"[{Path(f).name}]({f})" for f in o.files)
-        lines.append(f"| {_cell(o.name)} | {o.module} | {_cell(status)} | {secs} | {files} |")
+        ref = f"{o.paper} {o.ref}" if o.ref else ""
+        lines.append(
+            f"| {_cell(o.name)} | {_cell(ref)} | {o.module} | {_cell(status)} | {secs} | {files} |"
+        )
     lines.append("")
     path = report.out / SUMMARY_NAME
     atomic_write_text(path, "\n".join(lines))
     return path
 
 
-def list_pieces(out="figures", quick: bool = True, modules=None) -> list[dict]:
-    """Rows for ``theory reproduce --list``: name, module, cached?"""
-    out = Path(out)
+def list_pieces(out=None, quick: bool = True, modules=None) -> list[dict]:
+    """Rows for ``theory reproduce --list``: :meth:`Piece.describe` and whether it is cached."""
+    out = default_out(quick) if out is None else Path(out)
     pieces = discover(modules)
     cache = open_cache(out)
-    rows = []
-    for p in pieces.values():
-        rows.append(
-            dict(name=p.name, module=p.module, cached=_load_cache(cache, out, p, quick) is not None)
-        )
-    return rows
+    return [
+        dict(p.describe(), cached=_load_cache(cache, out, p, quick) is not None)
+        for p in pieces.values()
+    ]
+
+
+def default_out(quick: bool) -> Path:
+    """Where a run writes by default: ``figures/quick`` or ``figures/full``."""
+    return Path("figures") / ("quick" if quick else "full")

@@ -37,9 +37,10 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--out",
-        default="figures",
+        default=None,
         metavar="DIR",
-        help="output folder for figures, SUMMARY.md and the cache (default: figures)",
+        help="output folder for figures, SUMMARY.md and the cache "
+        "(default: figures/quick with --quick, figures/full with --full)",
     )
     p.add_argument(
         "--list",
@@ -68,14 +69,16 @@ def register(subparsers) -> None:
 
 
 def _handle(args) -> int:
-    from theory.reproduce import list_pieces, run_reproduce
+    from theory.reproduce import default_out, list_pieces, run_reproduce
 
     if args.list:
         rows = list_pieces(args.out, args.quick, modules=args.modules)
         mode = "quick" if args.quick else "full"
-        lines = [f"{len(rows)} figure(s) available ({mode} cache in {args.out}/.cache):"]
+        out = default_out(args.quick) if args.out is None else args.out
+        lines = [f"{len(rows)} figure(s) available ({mode} cache in {out}/.cache):"]
         for r in rows:
-            lines.append(f"  {r['name']:32s} {r['module']:26s} {'cached' if r['cached'] else ''}")
+            ref = f"{r['paper']} {r['ref']}" if r["ref"] else "-"
+            lines.append(f"  {r['name']:28s} {ref:36s} {'cached' if r['cached'] else ''}")
         emit(args, {"figures": rows}, "\n".join(lines))
         return 0
     import signal

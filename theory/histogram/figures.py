@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from theory.histogram import blas_threads
-from theory.plotting import use_agg
+from theory.plotting import reproduces, use_agg
 
 SEQUENCES = ("BBCCDDBBBB", "LMDMMMAHHB", "ONMLKJIHGF")
 QUICK = dict(n_sequences=10_000, epochs=20, seeds=(0, 1))
@@ -211,6 +211,12 @@ def _how(cfg, data, quick):
 
 
 @blas_threads(1)
+@reproduces(
+    "cui2024",
+    "App. histogram training",
+    "training curves of the histogram task for the positional and the semantic solution",
+    ["histogram-learning-curves.png"],
+)
 def fig_learning_curves(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
     runs, data, cfg = _runs(out_dir, quick)
@@ -239,6 +245,12 @@ def fig_learning_curves(out_dir, quick: bool) -> dict:
 
 
 @blas_threads(1)
+@reproduces(
+    "cui2024",
+    "Fig. 1",
+    "attention maps of the trained positional and semantic solutions of the histogram task",
+    ["histogram-attention-maps.png"],
+)
 def fig_attention_maps(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
     runs, data, cfg = _runs(out_dir, quick)

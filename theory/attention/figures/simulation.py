@@ -32,7 +32,7 @@ from theory.attention.params import ERMParams
 from theory.attention.phases import curve, global_minimiser, phase_diagram, transition
 from theory.attention.quadrature import make_rule
 from theory.attention.solver import fixed_point
-from theory.plotting import mean_and_sem, use_agg
+from theory.plotting import mean_and_sem, reproduces, use_agg
 from theory.solve import find_root
 from theory.store import Store
 
@@ -229,6 +229,12 @@ def _vlines(ax, th):
             ax.axvline(th[key], color="k", ls=ls, lw=1, label=f"{name} = {th[key]:.3f} (theory)")
 
 
+@reproduces(
+    "cui2024",
+    "Fig. 2",
+    "Delta eps_t, overlaps and eps_g vs alpha at omega = 0.3: replica theory over gradient descent",
+    ["erm-omega03.png"],
+)
 def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> dict:
     use_agg()
     import matplotlib.pyplot as plt
@@ -385,6 +391,12 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3, theory_nodes=None) -> 
     return dict(files=[str(path)], numbers=numbers)
 
 
+@reproduces(
+    "cui2024",
+    "Fig. 3",
+    "(alpha, omega) heat maps of Delta eps_t from GD, alpha_c and alpha_l over them",
+    ["erm-phase-diagram.png"],
+)
 def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     use_agg()
     import matplotlib.pyplot as plt
@@ -461,6 +473,12 @@ def fig_phase_diagram(out_dir: Path, quick: bool, *, theory_nodes=None) -> dict:
     return dict(files=[str(path)], numbers=numbers)
 
 
+@reproduces(
+    "cui2024",
+    "App. finite-size",
+    "eps_g of both branches vs d at alpha = 2, omega = 0.3, extrapolated to d -> infinity",
+    ["erm-d-scaling.png"],
+)
 def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=2.0, theory_nodes=None) -> dict:
     use_agg()
     import matplotlib.pyplot as plt

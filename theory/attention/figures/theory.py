@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from theory._util import atomic_savefig, atomic_write_text
+from theory.plotting import reproduces
 
 
 def _title(p, extra=""):
@@ -107,6 +108,12 @@ def plot_phase_diagram(rows, p, path):
     return Path(path)
 
 
+@reproduces(
+    "cui2024",
+    "Fig. 3 (theory lines)",
+    "alpha_c(omega) and alpha_l(omega) from the replica fixed points, with eps_g^lin",
+    ["erm-phase-diagram-theory.png", "erm-phase-diagram-theory.csv"],
+)
 def _fig_phase(out_dir: Path, quick: bool):
     from theory import attention as A
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from theory import ssi
 from theory._util import atomic_savefig
-from theory.plotting import use_agg
+from theory.plotting import reproduces, use_agg
 from theory.results import Result
 from theory.ssi.flatness import FlatnessResult
 
@@ -258,6 +258,12 @@ def plot_flatness(path=None, trace_norm: str = "sqrtL") -> FlatnessCurves:
 # --------------------------------------------------------------------------- reproduction hook
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Fig. 4",
+    "the (a, omega) phase diagram of the SGD fixed points, with its exact boundaries",
+    ["sgd-phase-diagram.png"],
+)
 def _fig_phase(out_dir: Path, quick: bool):
     t0 = time.time()
     n = 60 if quick else 200
@@ -287,6 +293,12 @@ def _fig_phase(out_dir: Path, quick: bool):
     return dict(files=[str(path)], numbers=nums)
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Fig. 5 left",
+    "the risk landscape R(e, m) at a = 1, omega = 0.67 with ODE trajectories",
+    ["sgd-landscape-a1-omega067.png"],
+)
 def _fig_landscape(out_dir: Path, quick: bool):
     a, om = 1.0, 0.67
     model = ssi.ps_model(a, om)
@@ -315,6 +327,12 @@ def _fig_landscape(out_dir: Path, quick: bool):
     )
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Fig. 2",
+    "flatness at 0 of 4/3 + He4(z1) + 2 He4(z2) without and with a positional encoding",
+    ["sgd-flatness.png"],
+)
 def _fig_flatness(out_dir: Path, quick: bool):
     path = Path(out_dir) / "sgd-flatness.png"
     c = plot_flatness(path=path)

@@ -20,7 +20,7 @@ import numpy as np
 
 from theory import ssi
 from theory._util import atomic_savefig
-from theory.plotting import use_agg
+from theory.plotting import reproduces, use_agg
 from theory.ssi.figures.phase import plot_landscape
 from theory.store import Store
 
@@ -85,6 +85,12 @@ def _tied(expr, act, L=2):
 # =========================================================================== trajectories
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Sec. escape times (SIE 1-3)",
+    "ODE vs SGD m(t) for SIE 1, 2 and 3 targets",
+    ["sgd-trajectories.png"],
+)
 def fig_trajectories(out_dir, quick):
     """ODE vs SGD m(t) for SIE 1, 2, 3 targets (tied network, L = 2, no encoding: e = 0)."""
     # SIE 3 needs gamma ~ 1/sqrt(d) to escape from m0 = 1/sqrt(d) (noise term), so its cost
@@ -248,6 +254,12 @@ def _scale(k, d):
     return {1: d, 2: d * np.log(d) ** 2, 3: d**2}[k]
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Sec. escape times (SIE 1-3)",
+    "weak-recovery steps vs d for SIE 1, 2 and 3, with fitted laws d, d log^2 d, d^2",
+    ["sgd-escape.png"],
+)
 def fig_escape(out_dir, quick):
     """Weak-recovery steps vs d for SIE 1, 2, 3 (tied network, L = 2), with fitted slopes."""
     ds, nseeds, lrule = _escape_setup(quick)
@@ -370,6 +382,12 @@ def _gain_setup(quick):
     return dict(Ls=list(range(1, 11)), d=1000, seeds=16, factors=(0.7, 1.0, 1.41))
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Fig. 3",
+    "tied vs untied gain vs L at equal and at optimal step sizes: published formula, ODE and SGD",
+    ["sgd-gain.png"],
+)
 def fig_gain(out_dir, quick):
     """Tied vs untied gain vs L at equal and optimal step sizes: the published formula, this
     package's prediction (Hermite data + the ODE's noise term; the full ODE minimised over the
@@ -526,6 +544,12 @@ def fig_gain(out_dir, quick):
 # =========================================================================== pathological targets
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Fig. 11",
+    "the pathological targets z1 - z2 and (z1^2 - z2^2)/sqrt(2): the tied network stays at m ~ 0",
+    ["sgd-pathological.png"],
+)
 def fig_pathological(out_dir, quick):
     """z1 - z2 and (z1^2 - z2^2)/sqrt(2): the tied network stays at m ~ 0, the untied learns."""
     d = 1000 if quick else 5000
@@ -591,6 +615,12 @@ def fig_pathological(out_dir, quick):
 # =========================================================================== fraction positional
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Fig. 5 right",
+    "fraction of SGD runs ending positional vs omega at a = 1",
+    ["sgd-fraction-positional.png"],
+)
 def fig_fraction_positional(out_dir, quick):
     """Fraction of SGD runs from (e, m) = (0, 0) ending positional vs omega at a = 1."""
     a, lr = 1.0, 0.05
@@ -683,6 +713,12 @@ def fig_fraction_positional(out_dir, quick):
 # =========================================================================== landscape
 
 
+@reproduces(
+    "arnaboldi2025",
+    "Fig. 5 left (SGD)",
+    "the risk landscape at a = 1, omega = 0.67 with SGD trajectories from the origin",
+    ["sgd-landscape-trajectories.png"],
+)
 def fig_landscape_trajectories(out_dir, quick):
     """Risk landscape at a = 1, omega = 0.67 with SGD trajectories from the origin."""
     a, om, lr = 1.0, 0.67, 0.05

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from theory._util import atomic_savefig, atomic_write_text
+from theory.plotting import reproduces
 
 # (label, builder of the target string for a given L, minimal L)
 GAIN_TARGETS = [
@@ -75,6 +76,12 @@ def _fmt(x, digits=6):
     return str(x)
 
 
+@reproduces(
+    "beyond",
+    "SIE and gain table",
+    "SIE, leading Hermite tensor and tied/untied gain: ours and the published formula",
+    ["sie-gains.png", "sie-table.md"],
+)
 def sie_gains(out_dir: Path, quick: bool) -> dict:
     from theory.plotting import use_agg
     from theory.ssi import analyze
