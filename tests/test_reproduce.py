@@ -364,3 +364,36 @@ def test_a_piece_that_does_not_write_what_it_declares_fails(tmp_path, monkeypatc
         sys.modules.pop(name, None)
     (o,) = rep.outcomes
     assert o.status == "failed" and "b.png" in o.error and o.ref == "Fig. 0"
+
+
+@pytest.mark.slow
+def test_sigkill_mid_piece_loses_no_finished_seed(tmp_path):
+    """SIGKILL a real simulation piece while its seeds run; the rerun keeps every finished
+    seed (the rows before the kill are a byte-identical prefix of the final store) and runs
+    each missing seed once (as many rows as distinct keys), then finishes the piece."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    piece = "sgd-fraction-positional"
+    out = tmp_path / "figs"
+    cmd = [sys.executable, "-m", "theory", "reproduce", "--quick", piece, "--out", str(out)]
+    cmd.append("--no-progress")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.time()
+    runs = None
+    while runs is None or runs.read_bytes().count(b"\n") < 3:
+        runs = next(iter((out / ".sgd-runs").glob("*.jsonl")), None)
+        assert proc.poll() is None and time.time() - t0 < 600, proc.communicate()
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = runs.read_bytes()
+    before = before[: before.rfind(b"\n") + 1]  # a torn last line is not a finished seed
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-2000:]
+    after = runs.read_bytes()
+    assert after.startswith(before)
+    keys = [json.loads(line)["_key"] for line in after.decode().splitlines() if line.strip()]
+    assert len(keys) == len(set(keys)) > before.count(b"\n")
