@@ -397,3 +397,37 @@ def test_sigkill_mid_piece_loses_no_finished_seed(tmp_path):
     assert after.startswith(before)
     keys = [json.loads(line)["_key"] for line in after.decode().splitlines() if line.strip()]
     assert len(keys) == len(set(keys)) > before.count(b"\n")
+
+
+def test_pieces_run_on_any_executor_and_on_dask(fake):
+    """The same pieces, run concurrently on a thread pool and on a Dask cluster, give the same
+    numbers as in series; the second run reads everything from the cache."""
+    import concurrent.futures as cf
+
+    serial = rp.run_reproduce(out=fake["out"] / "a", progress=False, log=lambda m: None)
+    with cf.ThreadPoolExecutor(2) as ex:
+        pooled = rp.run_reproduce(
+            out=fake["out"] / "b", progress=False, log=lambda m: None, executor=ex
+        )
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+    ) as cluster:
+        on_dask = rp.run_reproduce(
+            out=fake["out"] / "c",
+            progress=False,
+            log=lambda m: None,
+            scheduler=cluster.scheduler_address,
+        )
+        again = rp.run_reproduce(
+            out=fake["out"] / "c",
+            progress=False,
+            log=lambda m: None,
+            scheduler=cluster.scheduler_address,
+        )
+
+    def numbers(rep):
+        return {o.name: (o.status, o.numbers) for o in rep.outcomes}
+
+    assert numbers(serial) == numbers(pooled) == numbers(on_dask)
+    assert {o.name: o.status for o in again.outcomes}["good"] == "cached"

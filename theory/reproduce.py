@@ -362,11 +362,18 @@ def run_reproduce(
     progress: bool = True,
     modules: Iterable[str] | None = None,
     log: Callable[[str], None] | None = None,
+    executor: cf.Executor | None = None,
+    scheduler=None,
 ) -> Report:
     """Run the selected figure pieces, reuse cached ones, write ``<out>/SUMMARY.md``.
 
     ``out`` defaults to :func:`default_out` (``figures/quick`` or ``figures/full``).
-    ``force=True`` ignores the cache.  ``workers > 1`` runs pieces in that many processes.
+    ``force=True`` ignores the cache.  The pieces run one after the other in this process, or
+    concurrently on ``executor`` (any ``concurrent.futures.Executor``, left running), on a
+    Dask cluster (``scheduler``: an address like ``"tcp://host:8786"`` or a
+    ``dask.distributed.Client``; the workers must see ``out``), or in ``workers`` local
+    processes.  Every piece keeps its finished seeds in its own store under ``out``, so an
+    interrupted run resumes on any of them.
     """
     out = default_out(quick) if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -448,8 +455,15 @@ def run_reproduce(
         else:
             log(msg)
 
+    client = own = None
+    if todo and executor is None and scheduler is not None:
+        from theory.sweep import dask_executor
+
+        executor, client = dask_executor(scheduler)
+    elif todo and executor is None and workers > 1 and len(todo) > 1:
+        executor = own = cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)))
     try:
-        if workers == 1 or len(todo) <= 1:
+        if executor is None:
             for k, p in enumerate(todo, 1):
                 if bar is not None:
                     bar.set_postfix_str(p.name)
@@ -462,22 +476,25 @@ def run_reproduce(
                     record(p, None, time.perf_counter() - t0, exc)
                 else:
                     record(p, raw, dt, None)
-        elif todo:
-            with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo))) as ex:
-                t0s = {}
-                futs = {}
-                for p in todo:
-                    futs[ex.submit(_run_piece, p.fn, str(out), quick)] = p
-                    t0s[p.name] = time.perf_counter()
-                for fut in cf.as_completed(futs):
-                    p = futs[fut]
-                    try:
-                        raw, dt = fut.result()
-                    except Exception as exc:
-                        record(p, None, time.perf_counter() - t0s[p.name], exc)
-                    else:
-                        record(p, raw, dt, None)
+        else:
+            t0s = {}
+            futs = {}
+            for p in todo:
+                futs[executor.submit(_run_piece, p.fn, str(out), quick)] = p
+                t0s[p.name] = time.perf_counter()
+            for fut in cf.as_completed(futs):
+                p = futs[fut]
+                try:
+                    raw, dt = fut.result()
+                except Exception as exc:
+                    record(p, None, time.perf_counter() - t0s[p.name], exc)
+                else:
+                    record(p, raw, dt, None)
     finally:
+        if own is not None:
+            own.shutdown(cancel_futures=True)
+        if client is not None:
+            client.close()
         if bar is not None:
             bar.close()
         # not-selected pieces with a valid cache entry still appear in the summary

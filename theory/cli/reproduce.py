@@ -53,6 +53,13 @@ def register(subparsers) -> None:
         default=1,
         help="run up to N figures at the same time in separate processes (default 1)",
     )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDR",
+        help="run the figures on a Dask cluster (e.g. tcp://host:8786; the workers must see "
+        "--out; needs pip install 'theory[dask]')",
+    )
     p.add_argument("--force", action="store_true", help="ignore the cache and recompute")
     p.add_argument(
         "--module",
@@ -99,6 +106,7 @@ def _handle(args) -> int:
             force=args.force,
             progress=not args.no_progress,
             modules=args.modules,
+            scheduler=args.scheduler,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
