@@ -108,6 +108,9 @@ def test_failure_isolation_cache_and_summary(fake):
 
     summary = (out / "SUMMARY.md").read_text()
     assert "| good | alpha_c(omega=0.3) | 1.23457 | Brent root \\| 40 GH nodes |" in summary
+    gallery = summary.split("## Gallery", 1)[1]  # the finished pieces with their own numbers
+    assert "### good" in gallery and "alpha_c(omega=0.3) = 1.23457" in gallery
+    assert "### broken" not in gallery
     assert "| good | kappa | [4, 2] | exact (polynomial target) |" in summary
     assert "| other | n | 100 | d = n, 3 seeds |" in summary
     assert "**failed**: RuntimeError: boom: the solver did not converge" in summary

@@ -106,6 +106,7 @@ class Outcome:
     cache_file: str | None = None
     paper: str | None = None
     ref: str | None = None
+    what: str | None = None
 
     def to_dict(self) -> dict:
         return to_jsonable(
@@ -120,6 +121,7 @@ class Outcome:
                 cache_file=self.cache_file,
                 paper=self.paper,
                 ref=self.ref,
+                what=self.what,
             )
         )
 
@@ -517,7 +519,7 @@ def run_reproduce(
         ordered = [outcomes[n] for n in pieces if n in outcomes]
         for o in ordered:
             described = pieces[o.name].describe()
-            o.paper, o.ref = described["paper"], described["ref"]
+            o.paper, o.ref, o.what = described["paper"], described["ref"], described["what"]
         report = Report(out, quick, ordered, time.perf_counter() - t_start)
         report.summary = write_summary(report)
     return report
@@ -590,7 +592,18 @@ def write_summary(report: Report) -> Path:
         lines.append(
             f"| {_cell(o.name)} | {_cell(ref)} | {o.module} | {_cell(status)} | {secs} | {files} |"
         )
-    lines.append("")
+    lines += ["", "## Gallery", ""]
+    for o in report.outcomes:
+        if o.status not in ("ok", "cached"):
+            continue
+        ref = f" ({o.paper} {o.ref})" if o.ref else ""
+        lines += [f"### {o.name}{ref}", ""]
+        if o.what:
+            lines += [o.what[0].upper() + o.what[1:] + ".", ""]
+        lines += [f"![{o.name}]({f})" for f in o.files if str(f).endswith(".png")]
+        if o.numbers:
+            lines += ["", "; ".join(f"{n['name']} = {_fmt_value(n['value'])}" for n in o.numbers)]
+        lines.append("")
     path = report.out / SUMMARY_NAME
     atomic_write_text(path, "\n".join(lines))
     return path
