@@ -52,7 +52,7 @@ _CUI_CODE = "code: 02-toy_model_plots.ipynb"
 _CUI_FP = "code: theory/repl_softmax_Mixed_sig0.5_lamb0.01_omega0.3{}.csv, alpha = 2"
 _CUI_GD = "code: empirics/results_mean_standardA.csv (GD, d = 1000, 24 runs)"
 _CUI_SCALING = "code: empirics/results_scaling.csv (GD, alpha = 1.5)"
-_HIST = "histogram experiment (via shared/spec/published-numbers.md)"
+_HIST = "paper, histogram task (text)"
 
 
 def _c(key, ref, quantity, value, params=None, **kw) -> Published:
@@ -252,7 +252,7 @@ _RECORDS = [
             (
                 "pathological/tied_m",
                 "Fig. 11",
-                "final |m| of the tied network",
+                "final abs(m) of the tied network",
                 0.03,
                 {"target": "z1 - z2", "gamma": 5e-3, "d": 1000},
             ),
