@@ -26,6 +26,8 @@ __all__ = [
     "W_SKIP",
     "Rule",
     "coarse_rule",
+    "cubature_2d",
+    "cubature_rule",
     "eta_rule",
     "integrate_channel",
     "make_rule",
@@ -88,6 +90,8 @@ class Rule:
             else:
                 d.update(n_eta=self.n)
             return d
+        if self.method == "cubature":
+            return dict(method="cubature", degree=self.n, n_points=self.n_points)
         return dict(method=self.method, nodes=self.n, n_points=self.n_points)
 
 
@@ -209,6 +213,63 @@ def coarse_rule() -> Rule:
         eta=c["eta"],
         h=c.get("h"),
     )
+
+
+#: 2-D cubature rules for the weight exp(-x² - y²) on R², fully symmetric (invariant under the
+#: 8 symmetries of the square), as (degree, [(orbit, weight, (a, b))]): orbit "a0" = (±a, 0),
+#: (0, ±a); "aa" = (±a, ±a); "ab" = (±a, ±b), (±b, ±a).  Weights are normalised to sum 1.
+#: Degree 7: Stroud & Secrest, Math. Comp. 17 (1963) 105, rule VI (12 points); degree 11:
+#: Rabinowitz & Richter, Math. Comp. 23 (1969) 765, rule 2 (28 points, weights x 1/π).  They are
+#: what ``quadpy.e2r2.get_good_scheme(7)`` and ``(11)`` return, the rules of the authors' code
+#: for the state equations (7) and for Φ, ε_g and the linear baseline (11) (docs/attention.md
+#: §11; docs/published-vs-computed.md).
+_S5 = math.sqrt(5.0)
+_CUBATURE = {
+    7: [
+        ("a0", 1.0 / 36.0, (math.sqrt(3.0), 0.0)),
+        ("aa", (5.0 + 2.0 * _S5) / 45.0, (math.sqrt((9.0 - 3.0 * _S5) / 8.0), 0.0)),
+        ("aa", (5.0 - 2.0 * _S5) / 45.0, (math.sqrt((9.0 + 3.0 * _S5) / 8.0), 0.0)),
+    ],
+    11: [
+        ("a0", 0.8176645817675417e-3 / math.pi, (2.757816396257008, 0.0)),
+        ("a0", 0.4363323129985824e-1 / math.pi, (1.732050807568877, 0.0)),
+        ("a0", 0.5373255214498174 / math.pi, (0.6280515301597559, 0.0)),
+        ("ab", 0.363610260832152e-2 / math.pi, (1.224744871391589, 2.121320343559643)),
+        ("ab", 0.9817477042468103e-1 / math.pi, (0.7071067811865475, 1.224744871391589)),
+    ],
+}
+
+
+def cubature_2d(degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 2-D rule of :data:`_CUBATURE` of this ``degree`` (7 or 11) for E over N(0, I_2):
+    nodes (N, 2) (the tabulated points × √2) and weights (N,) summing to 1."""
+    if degree not in _CUBATURE:
+        raise ValueError(f"cubature degree must be one of {sorted(_CUBATURE)}, got {degree!r}")
+    pts, wts = [], []
+    for orbit, wt, (a, b) in _CUBATURE[degree]:
+        if orbit == "a0":
+            orb = [(a, 0.0), (-a, 0.0), (0.0, a), (0.0, -a)]
+        elif orbit == "aa":
+            orb = [(a, a), (a, -a), (-a, a), (-a, -a)]
+        else:
+            orb = [
+                (sx * u, sy * v) for u, v in ((a, b), (b, a)) for sx in (1, -1) for sy in (1, -1)
+            ]
+        pts += orb
+        wts += [wt] * len(orb)
+    return np.asarray(pts) * math.sqrt(2.0), np.asarray(wts)
+
+
+def cubature_rule(degree: int = 7) -> Rule:
+    """The tensor product of two :func:`cubature_2d` rules over (ξ1, ξ2) and (η1, η2), as in the
+    authors' code (degree 7: 144 nodes).  Far too coarse to converge (the prox jumps); kept to
+    reproduce the published numbers (docs/published-vs-computed.md)."""
+    x, w = cubature_2d(degree)
+    n = w.size
+    nodes = np.empty((n * n, 4))
+    nodes[:, :2] = np.repeat(x, n, axis=0)
+    nodes[:, 2:] = np.tile(x, (n, 1))
+    return Rule("cubature", degree, np.ascontiguousarray(nodes), np.outer(w, w).ravel())
 
 
 def integrate_channel(
