@@ -218,11 +218,13 @@ def coarse_rule() -> Rule:
 #: 2-D cubature rules for the weight exp(-x² - y²) on R², fully symmetric (invariant under the
 #: 8 symmetries of the square), as (degree, [(orbit, weight, (a, b))]): orbit "a0" = (±a, 0),
 #: (0, ±a); "aa" = (±a, ±a); "ab" = (±a, ±b), (±b, ±a).  Weights are normalised to sum 1.
-#: Degree 7: Stroud & Secrest, Math. Comp. 17 (1963) 105, rule VI (12 points); degree 11:
-#: Rabinowitz & Richter, Math. Comp. 23 (1969) 765, rule 2 (28 points, weights x 1/π).  They are
-#: what ``quadpy.e2r2.get_good_scheme(7)`` and ``(11)`` return, the rules of the authors' code
-#: for the state equations (7) and for Φ, ε_g and the linear baseline (11) (docs/attention.md
-#: §11; docs/published-vs-computed.md).
+#: Degree 7: Stroud & Secrest, Math. Comp. 17 (1963) 105, rule VI (12 points), in closed form.
+#: Degree 11: Rabinowitz & Richter, Math. Comp. 23 (1969) 765 (28 points): three "a0" orbits and
+#: two "ab" orbits; the orbits (√3, weight 1/72), (1/√2, √(3/2); 1/32) and the position of the
+#: second "ab" orbit, (√(3/2), 3/√2), are exact, the five other numbers are computed here from
+#: the moment equations (:func:`_degree11`).  These are the rules of the authors' code for the
+#: state equations (7) and for Φ, ε_g and the linear baseline (11) (docs/attention.md §11;
+#: docs/published-vs-computed.md).
 _S5 = math.sqrt(5.0)
 _CUBATURE = {
     7: [
@@ -230,31 +232,61 @@ _CUBATURE = {
         ("aa", (5.0 + 2.0 * _S5) / 45.0, (math.sqrt((9.0 - 3.0 * _S5) / 8.0), 0.0)),
         ("aa", (5.0 - 2.0 * _S5) / 45.0, (math.sqrt((9.0 + 3.0 * _S5) / 8.0), 0.0)),
     ],
-    11: [
-        ("a0", 0.8176645817675417e-3 / math.pi, (2.757816396257008, 0.0)),
-        ("a0", 0.4363323129985824e-1 / math.pi, (1.732050807568877, 0.0)),
-        ("a0", 0.5373255214498174 / math.pi, (0.6280515301597559, 0.0)),
-        ("ab", 0.363610260832152e-2 / math.pi, (1.224744871391589, 2.121320343559643)),
-        ("ab", 0.9817477042468103e-1 / math.pi, (0.7071067811865475, 1.224744871391589)),
-    ],
 }
+
+
+def _orbit(kind: str, a: float, b: float) -> list[tuple[float, float]]:
+    if kind == "a0":
+        return [(a, 0.0), (-a, 0.0), (0.0, a), (0.0, -a)]
+    if kind == "aa":
+        return [(a, a), (a, -a), (-a, a), (-a, -a)]
+    return [(sx * u, sy * v) for u, v in ((a, b), (b, a)) for sx in (1, -1) for sy in (1, -1)]
+
+
+def _degree11() -> list:
+    """The degree-11 Rabinowitz-Richter rule: its five free numbers (two radii of "a0" orbits,
+    their weights and the weight of the outer "ab" orbit) solve the 12 moment equations
+    E[x^2i y^2j] = (2i-1)!! (2j-1)!! / 2^(i+j) for 2(i+j) <= 10 (least squares from a rough
+    start; residual ~1e-16)."""
+    from scipy.optimize import least_squares
+    from scipy.special import gamma
+
+    r3, r15 = math.sqrt(3.0), math.sqrt(1.5)
+    fixed = [("a0", 1.0 / 72.0, (r3, 0.0)), ("ab", 1.0 / 32.0, (math.sqrt(0.5), r15))]
+    outer = (r15, 3.0 / math.sqrt(2.0))
+    moments = [(i, j) for i in range(6) for j in range(i, 6) if i + j <= 5]
+
+    def orbits(x):
+        a1, w1, a3, w3, wab = x
+        return fixed + [("a0", w1, (a1, 0.0)), ("a0", w3, (a3, 0.0)), ("ab", wab, outer)]
+
+    def residual(x):
+        out = []
+        for i, j in moments:
+            s = sum(
+                w * px ** (2 * i) * py ** (2 * j)
+                for kind, w, (a, b) in orbits(x)
+                for px, py in _orbit(kind, a, b)
+            )
+            out.append(s * math.pi / (gamma(i + 0.5) * gamma(j + 0.5)) - 1.0)
+        return out
+
+    sol = least_squares(residual, [2.7, 3e-4, 0.6, 0.17, 1e-3], xtol=1e-15, ftol=1e-15, gtol=1e-15)
+    if max(abs(v) for v in residual(sol.x)) > 1e-12:  # pragma: no cover - a broken solve
+        raise RuntimeError("the degree-11 cubature's moment equations did not solve")
+    return orbits(sol.x)
 
 
 def cubature_2d(degree: int) -> tuple[np.ndarray, np.ndarray]:
     """The 2-D rule of :data:`_CUBATURE` of this ``degree`` (7 or 11) for E over N(0, I_2):
     nodes (N, 2) (the tabulated points × √2) and weights (N,) summing to 1."""
+    if degree not in (7, 11):
+        raise ValueError(f"cubature degree must be 7 or 11, got {degree!r}")
     if degree not in _CUBATURE:
-        raise ValueError(f"cubature degree must be one of {sorted(_CUBATURE)}, got {degree!r}")
+        _CUBATURE[degree] = _degree11()
     pts, wts = [], []
-    for orbit, wt, (a, b) in _CUBATURE[degree]:
-        if orbit == "a0":
-            orb = [(a, 0.0), (-a, 0.0), (0.0, a), (0.0, -a)]
-        elif orbit == "aa":
-            orb = [(a, a), (a, -a), (-a, a), (-a, -a)]
-        else:
-            orb = [
-                (sx * u, sy * v) for u, v in ((a, b), (b, a)) for sx in (1, -1) for sy in (1, -1)
-            ]
+    for kind, wt, (a, b) in _CUBATURE[degree]:
+        orb = _orbit(kind, a, b)
         pts += orb
         wts += [wt] * len(orb)
     return np.asarray(pts) * math.sqrt(2.0), np.asarray(wts)
