@@ -10,16 +10,45 @@ from pathlib import Path
 import numpy as np
 
 
-def check_positive(name: str, value: float, *, strict: bool = True) -> float:
-    value = float(value)
+def _as_float(name: str, value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
+def check_positive(
+    name: str, value: float, *, strict: bool = True, hi: float | None = None
+) -> float:
+    """A finite number > 0 (``strict``) or >= 0, at most ``hi`` when given."""
+    value = _as_float(name, value)
     if not np.isfinite(value) or (value <= 0 if strict else value < 0):
         bound = "> 0" if strict else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be at most {hi:g}, got {value:g}")
+    return value
+
+
+def check_int(name: str, value, *, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer in [lo, hi] (either end optional); a float is accepted only if integral."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not isinstance(value, (int, np.integer)):
+        x = _as_float(name, value)
+        if not (np.isfinite(x) and x == int(x)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(x)
+    value = int(value)
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be at most {hi}, got {value}")
     return value
 
 
 def check_unit_interval(name: str, value: float) -> float:
-    value = float(value)
+    value = _as_float(name, value)
     if not (0.0 <= value <= 1.0):
         raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
     return value
