@@ -13,13 +13,14 @@ import importlib
 import sys
 
 from theory import __version__
+from theory.cli._common import Parser, one_line
 
 # order = order in `theory --help`
 COMMANDS = ("sie", "erm", "sgd", "histogram", "reproduce", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="theory",
         description="Theory of learning in attention models: Hermite/SIE analysis, replica ERM "
         "phase transitions, SGD dynamics, and the matching finite-d simulations.",
@@ -40,7 +41,17 @@ def main(argv=None) -> int:
     try:
         status = args.func(args)
     except ValueError as exc:
-        print(f"theory {args.command}: error: {exc}", file=sys.stderr)
+        print(f"theory {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except (OverflowError, MemoryError, RecursionError) as exc:  # sizes the checks let through
+        print(
+            f"theory {args.command}: error: the input is too large to compute "
+            f"({type(exc).__name__}: {one_line(exc)}); use smaller values",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:  # a path that cannot be read or written
+        print(f"theory {args.command}: error: {one_line(exc)}; check the path", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

@@ -1158,7 +1158,7 @@ def analyze(
 ) -> SIEReport:
     """Full SIE analysis of a target (string or sympy expression): see the module docstring."""
     K = check_int("max_order", max_order, lo=1, hi=MAX_DEGREE)
-    tol = check_positive("tol", tol)
+    tol = check_positive("tol", tol, hi=1.0)
     t = parse_target(target, L)
     if t.is_polynomial and not t.is_constant:
         K = max(K, int(sp.Poly(t.expr, *t.symbols).total_degree()))

@@ -36,7 +36,7 @@ import numpy as np
 import sympy as sp
 from sympy.core.function import AppliedUndef
 
-from theory._util import check_int, check_unit_interval
+from theory._util import check_int, check_positive, check_row_stochastic, check_unit_interval
 from theory.ssi._kernels import attention_jac, attention_scores
 
 __all__ = [
@@ -717,19 +717,19 @@ class PositionalSemanticTarget(SequenceTarget):
 
     def __init__(self, omega: float, a: float | None = None, *, L: int = 2, A=None):
         self.omega = check_unit_interval("omega", omega)
-        self.L = int(L)
+        self.L = check_int("L", L, lo=1, hi=MAX_L)
         if A is None:
             if a is None:
                 raise ValueError("give the positional strength a (or a matrix A)")
             if self.L != 2:
                 raise ValueError("A_a is defined for L = 2; pass A= for other L")
-            a = float(a)
+            a = check_positive("a", a)
             if not (0 < a <= 10):
                 raise ValueError(f"a must be in (0, 10], got {a}")
             self.a = a
             A = positional_matrix(a)
         else:
-            A = np.asarray(A, dtype=float)
+            A = check_row_stochastic("A", A)
             self.a = None
         if A.shape != (self.L, self.L):
             raise ValueError(f"A must be {self.L}x{self.L}, got {A.shape}")
