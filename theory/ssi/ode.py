@@ -106,8 +106,8 @@ def integrate_ode(
         raise ValueError(f"d must be >= 1, got {d:g}")
     explicit_start = m0 is not None or e0 is not None
     for name, v in (("m0", m0), ("e0", e0)):
-        if v is not None and not np.all(np.isfinite(np.asarray(v, dtype=float))):
-            raise ValueError(f"{name} must be finite, got {v!r}")
+        if v is not None and not np.all(np.abs(np.asarray(v, dtype=float)) <= 1):
+            raise ValueError(f"{name} must lie in [-1, 1] (an overlap), got {v!r}")
     if e0 is not None and (model.untied or not model.r):
         raise ValueError("e0 is the start of the positional encoding; this model has none: drop e0")
     m0 = 1 / math.sqrt(d) if m0 is None else m0
