@@ -126,8 +126,9 @@ def register(subparsers) -> None:
         help="integrate the (e, m) ODE until convergence",
         description="Integrate the d -> infinity ODE of (e, m) (docs/ssi.md eq. 18; the "
         "published signs corrected: drift -grad R, noise -(gamma/2) K) from m0 = 1/sqrt(d), "
-        "e0 = 1/sqrt(d) until stationary; report the weak-recovery time (||(e, m)|| >= eta = "
-        "2/sqrt(d)) as t and as SGD steps nu = t d / gamma, the final point and which minimum "
+        "e0 = 1/sqrt(d) per encoding coordinate until stationary; report the weak-recovery "
+        "time (||(e, m)|| >= eta = 2 sqrt((1 + r)/d), twice the start's norm, r the rank of the "
+        "encoding) as t and as SGD steps nu = t d / gamma, the final point and which minimum "
         "it is.",
         epilog="Examples: theory sgd ode --omega 0.67 --a 1 --lr 0.05 --d 1000 --json;  "
         "theory sgd ode --target 'He2(z1)+He2(z2)' --model tied --lr 0.05 --d 1000",
@@ -138,7 +139,10 @@ def register(subparsers) -> None:
     q.add_argument("--m0", type=float, default=None, help="initial m (default 1/sqrt(d))")
     q.add_argument("--e0", type=float, default=None, help="initial e (default 1/sqrt(d))")
     q.add_argument(
-        "--eta", type=float, default=None, help="weak-recovery threshold (default 2/sqrt(d))"
+        "--eta",
+        type=float,
+        default=None,
+        help="weak-recovery threshold (default 2 sqrt((1 + r)/d))",
     )
     q.add_argument(
         "--t-max",
