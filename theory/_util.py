@@ -10,16 +10,53 @@ from pathlib import Path
 import numpy as np
 
 
-def check_positive(name: str, value: float, *, strict: bool = True) -> float:
-    value = float(value)
+def _as_float(name: str, value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
+def check_finite(name: str, value) -> float:
+    """A finite number (not NaN or +-inf)."""
+    value = _as_float(name, value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+def check_positive(
+    name: str, value: float, *, strict: bool = True, hi: float | None = None
+) -> float:
+    """A finite number > 0 (``strict``) or >= 0, at most ``hi`` when given."""
+    value = _as_float(name, value)
     if not np.isfinite(value) or (value <= 0 if strict else value < 0):
         bound = "> 0" if strict else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be at most {hi:g}, got {value:g}")
+    return value
+
+
+def check_int(name: str, value, *, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer in [lo, hi] (either end optional); a float is accepted only if integral."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not isinstance(value, (int, np.integer)):
+        x = _as_float(name, value)
+        if not (np.isfinite(x) and x == int(x)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(x)
+    value = int(value)
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be at most {hi}, got {value}")
     return value
 
 
 def check_unit_interval(name: str, value: float) -> float:
-    value = float(value)
+    value = _as_float(name, value)
     if not (0.0 <= value <= 1.0):
         raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
     return value
@@ -39,28 +76,40 @@ def check_row_stochastic(name: str, A, *, symmetric: bool = False) -> np.ndarray
     return A
 
 
+MAX_RANGE_POINTS = 100_000  # points of one parsed range
+
+
 def parse_range(text: str, *, integer: bool = False) -> np.ndarray:
-    """Parse ``START:STOP:N`` (inclusive linspace), ``START:STOP`` (integers) or ``a,b,c``."""
+    """Parse ``START:STOP:N`` (inclusive linspace), ``START:STOP`` (integers) or ``a,b,c``
+    (finite numbers, at most ``MAX_RANGE_POINTS`` points)."""
     try:
         if ":" in text:
             parts = text.split(":")
             if len(parts) == 3:
                 start, stop, n = float(parts[0]), float(parts[1]), int(parts[2])
-                if n < 1:
+                if not (1 <= n <= MAX_RANGE_POINTS and np.isfinite(start) and np.isfinite(stop)):
                     raise ValueError
                 out = np.linspace(start, stop, n)
             elif len(parts) == 2:
-                out = np.arange(int(parts[0]), int(parts[1]) + 1)
+                start, stop = int(parts[0]), int(parts[1])
+                if not 0 <= stop - start < MAX_RANGE_POINTS:
+                    raise ValueError
+                out = np.arange(start, stop + 1)
             else:
                 raise ValueError
         else:
-            out = np.array([float(x) for x in text.split(",") if x.strip()])
-            if out.size == 0:
+            items = [x for x in text.split(",") if x.strip()]
+            if not 1 <= len(items) <= MAX_RANGE_POINTS:
                 raise ValueError
-    except ValueError:
+            out = np.array([float(x) for x in items])
+        if not np.all(np.isfinite(out)) or (integer and np.any(out != np.round(out))):
+            raise ValueError
+    except (ValueError, OverflowError):
+        kind = "integers" if integer else "finite numbers"
         raise ValueError(
             f"cannot read the range {text!r}: write START:STOP:N (N points, both ends "
-            "included), START:STOP for integers, or a comma-separated list"
+            f"included), START:STOP for integers, or a comma-separated list, of {kind} and "
+            f"with at most {MAX_RANGE_POINTS} points"
         ) from None
     return out.astype(int) if integer else out
 

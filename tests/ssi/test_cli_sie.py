@@ -83,7 +83,7 @@ def test_text_output(capsys):
         (["z1*z4", "--L", "2"], "z4 but L = 2"),
         (["y*z1"], "unknown variable 'y'"),
         (["exp(z1**2)"], "not finite"),
-        (["z1", "--max-order", "0"], "max-order"),
+        (["z1", "--max-order", "0"], "max_order must be >= 1"),
     ],
 )
 def test_bad_input_exit_2(capsys, argv, fragment):

@@ -1,4 +1,6 @@
-"""Helpers shared by the subcommands: JSON output and common options."""
+"""Helpers shared by the subcommands: the argument parser class, JSON output and common
+options.  Values are validated by the library (``theory._util`` check_* functions), whose
+ValueError the command prints as one line (``theory.cli.main``)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,20 @@ import argparse
 import sys
 
 from theory._util import dumps_json
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (an error message must be ONE line on stderr)."""
+    return " ".join(str(text).split())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are ONE line on stderr (exit status 2): the error, then where
+    to look (``theory sgd ode: error: argument --lr: invalid float value: 'x' (see theory sgd ode
+    --help)``).  Subparsers inherit the class."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

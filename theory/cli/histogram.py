@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from theory._util import check_int, check_positive
 from theory.cli._common import add_json, emit
 from theory.histogram import blas_threads
 
@@ -62,6 +63,25 @@ def _add_training(p: argparse.ArgumentParser, *, variant_choices=None, default_v
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+MAX_EPOCHS = 100_000
+MAX_SEQUENCES = 10_000_000  # sequences drawn (a few hundred bytes each)
+
+
+def _check(args) -> None:
+    """The training options, checked before anything is drawn or trained (the messages name the
+    option; ``theory.histogram`` checks the same quantities when called from Python)."""
+    check_int("--epochs", args.epochs, lo=0, hi=MAX_EPOCHS)
+    check_int("--seed", args.seed, lo=0)
+    check_int("--data-seed", args.data_seed, lo=0)
+    check_int("--n-sequences", args.n_sequences, lo=10, hi=MAX_SEQUENCES)
+    check_int("--batch-size", args.batch_size, lo=1, hi=MAX_SEQUENCES)
+    check_positive("--lr", args.lr, hi=10)
+    if hasattr(args, "retrain_epochs"):
+        check_int("--retrain-epochs", args.retrain_epochs, lo=0, hi=MAX_EPOCHS)
+        check_positive("--retrain-lr", args.retrain_lr, hi=10)
+        check_positive("--noise", args.noise, strict=False, hi=1e3)
+
+
 def _data(args):
     from theory.histogram import make_data
 
@@ -89,6 +109,7 @@ def _train(args, variant, data=None):
 def _cmd_train(args):
     from theory.histogram import save_model
 
+    _check(args)
     res, _ = _train(args, args.variant)
     if args.save_model:
         save_model(args.save_model, res)
@@ -118,6 +139,7 @@ def _cmd_train(args):
 def _cmd_stationarity(args):
     from theory.histogram import load_model, stationarity
 
+    _check(args)
     data = _data(args)
     if args.model:
         trained = load_model(args.model)
@@ -177,6 +199,7 @@ def _cmd_attention(args):
     from theory.histogram import attention, encode
     from theory.histogram.figures import plot_attention_maps
 
+    _check(args)
     seqs = [s.strip() for s in args.sequences.split(",") if s.strip()]
     tokens = [encode(s) for s in seqs]
     data = _data(args)
@@ -283,4 +306,8 @@ def register(subparsers) -> None:
     add_json(a)
     a.set_defaults(func=_cmd_attention)
 
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    p.set_defaults(func=_no_action)
+
+
+def _no_action(args):
+    raise ValueError("give an action: train, stationarity or attention-maps (see --help)")

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from theory._util import atomic_write_text, dumps_json, parse_range
+from theory._util import atomic_write_text, check_int, check_positive, dumps_json, parse_range
 from theory.cli._common import add_json, emit
 
 
@@ -126,8 +126,9 @@ def register(subparsers) -> None:
         help="integrate the (e, m) ODE until convergence",
         description="Integrate the d -> infinity ODE of (e, m) (docs/ssi.md eq. 18; the "
         "published signs corrected: drift -grad R, noise -(gamma/2) K) from m0 = 1/sqrt(d), "
-        "e0 = 1/sqrt(d) until stationary; report the weak-recovery time (||(e, m)|| >= eta = "
-        "2/sqrt(d)) as t and as SGD steps nu = t d / gamma, the final point and which minimum "
+        "e0 = 1/sqrt(d) per encoding coordinate until stationary; report the weak-recovery "
+        "time (||(e, m)|| >= eta = 2 sqrt((1 + r)/d), twice the start's norm, r the rank of the "
+        "encoding) as t and as SGD steps nu = t d / gamma, the final point and which minimum "
         "it is.",
         epilog="Examples: theory sgd ode --omega 0.67 --a 1 --lr 0.05 --d 1000 --json;  "
         "theory sgd ode --target 'He2(z1)+He2(z2)' --model tied --lr 0.05 --d 1000",
@@ -138,7 +139,10 @@ def register(subparsers) -> None:
     q.add_argument("--m0", type=float, default=None, help="initial m (default 1/sqrt(d))")
     q.add_argument("--e0", type=float, default=None, help="initial e (default 1/sqrt(d))")
     q.add_argument(
-        "--eta", type=float, default=None, help="weak-recovery threshold (default 2/sqrt(d))"
+        "--eta",
+        type=float,
+        default=None,
+        help="weak-recovery threshold (default 2 sqrt((1 + r)/d))",
     )
     q.add_argument(
         "--t-max",
@@ -392,16 +396,20 @@ def _lims(text, name):
         lo, hi = (float(x) for x in text.split(":"))
     except ValueError:
         raise ValueError(f"--{name} must be MIN:MAX (two numbers), got {text!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"--{name} must be MIN:MAX with finite numbers, got {text!r}")
     if not lo < hi:
         raise ValueError(f"--{name} must be MIN:MAX with MIN < MAX, got {text!r}")
     return lo, hi
 
 
+MAX_GRID = 2000  # points per axis of the phase diagram
+
+
 def _phase(args):
     from theory import ssi
 
-    if args.grid < 2:
-        raise ValueError("--grid must be >= 2")
+    check_int("--grid", args.grid, lo=2, hi=MAX_GRID)
     a0, a1 = _lims(args.a_range, "a-range")
     w0, w1 = _lims(args.omega_range, "omega-range")
     ag = np.linspace(a0, a1, args.grid)
@@ -489,9 +497,25 @@ def _simulate(args):
 
 def _gain(args):
     from theory.ssi import gain_curve
+    from theory.ssi._kernels import activation
+    from theory.ssi.sgd.driver import MAX_D
+    from theory.ssi.sgd.seeds import MAX_SEEDS, MAX_WORKERS
+    from theory.ssi.targets import MAX_L
+    from theory.ssi.trajectory import MAX_LR
 
-    Ls = parse_range(args.Ls, integer=True)
+    # gain_curve (theory.ssi.gain) is checked here with the library's validators
+    Ls = [check_int("L", L, lo=1, hi=MAX_L) for L in parse_range(args.Ls, integer=True)]
+    check_int("d", args.d, lo=8, hi=MAX_D)
+    check_positive("lr", args.lr, hi=MAX_LR)
+    check_positive("eta", args.eta, hi=1)
+    check_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
+    if args.workers is not None:
+        check_int("workers", args.workers, lo=0, hi=MAX_WORKERS)
+    activation(args.activation)
     norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())
+    bad = [x for x in norms if x not in ("rows", "flat")] or ([] if norms else [""])
+    if bad:
+        raise ValueError(f"--untied-norm takes rows and/or flat (comma-separated), got {bad[0]!r}")
     curve = gain_curve(
         args.target,
         Ls,

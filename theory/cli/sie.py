@@ -80,10 +80,6 @@ def register(subparsers) -> None:
 def handler(args) -> int:
     from theory.ssi import analyze
 
-    if args.max_order < 1:
-        raise ValueError(f"--max-order must be >= 1, got {args.max_order}")
-    if not (args.tol > 0):
-        raise ValueError(f"--tol must be > 0, got {args.tol}")
     rep = analyze(args.expr, L=args.L, max_order=args.max_order, tol=args.tol)
     d = rep.to_dict()
     payload = {k: d.get(k) for k in JSON_FIELDS}

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 
+from theory._util import check_finite, check_int
 from theory.cli._common import add_json, emit
+
+MAX_SWEEP_POINTS = 1_000_000  # points of one sweep (each is a row of the result table)
 
 
 def _axis_flag(name: str) -> str:
@@ -126,8 +130,18 @@ def _handle(args) -> int:
             grid[axis] = parse_axis(text, typ)
     for opt in entry.options:
         val = getattr(args, f"opt_{opt}")
+        if isinstance(val, float):
+            check_finite(f"--{opt}", val)
         if val is not None:
             grid[opt] = [val]
+    n_points = math.prod(len(v) for v in grid.values())
+    if n_points > MAX_SWEEP_POINTS:
+        raise ValueError(
+            f"the grid has {n_points} points, more than {MAX_SWEEP_POINTS}; use fewer values "
+            "per axis or split the sweep"
+        )
+    if args.workers is not None:
+        check_int("--workers", args.workers, lo=0, hi=1024)
     points = expand_grid(grid)
     resumed = 0
     if args.out:

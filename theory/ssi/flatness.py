@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from theory._util import check_int
 from theory.results import Result
 from theory.ssi.risk import SSIModel, _add, _unit
+from theory.ssi.targets import MAX_DEGREE
 
 __all__ = ["FlatnessResult", "flatness"]
 
@@ -42,6 +44,7 @@ def flatness(model: SSIModel, max_order: int = 8, *, rel_tol: float = 1e-8) -> F
     (non-polynomial targets): only orders 1 and 2 (central differences); ValueError above.
     Returns a :class:`FlatnessResult`.
     """
+    max_order = check_int("max_order", max_order, lo=1, hi=MAX_DEGREE)
     L = model.L
     coords = ["e"] * model.r + (["m"] if not model.untied else [f"m{i + 1}" for i in range(L)])
 

@@ -69,9 +69,10 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from theory._util import check_int, check_positive
 from theory.results import Result
 from theory.rng import as_rng
-from theory.ssi.targets import Target, parse_target
+from theory.ssi.targets import MAX_DEGREE, Target, parse_target
 
 __all__ = [
     "SIEReport",
@@ -745,9 +746,7 @@ def hermite_coefficients(
     """All a_alpha (coefficient of He_alpha) with |alpha| <= max_order (polynomial parts: all
     orders).  Returns the internal store (exact sympy part + numerical float part)."""
     t = parse_target(target)
-    K = int(max_order)
-    if K < 0:
-        raise ValueError(f"max_order must be >= 0, got {max_order}")
+    K = check_int("max_order", max_order, lo=0, hi=MAX_DEGREE)
     syms = list(t.symbols)
     store = _Coeffs(L=t.L)
     expr = t.expr
@@ -846,7 +845,10 @@ def tensor_from_coefficients(store: _Coeffs, k: int) -> np.ndarray:
     """Dense C_k (shape (L,)*k) from the a_alpha: C_k[i] = a_alpha alpha!/k!."""
     L = store.L
     if L**k > MAX_TENSOR_ENTRIES:
-        raise ValueError(f"C_{k} would have L^k = {L}^{k} entries; lower max_order or L")
+        raise ValueError(
+            f"the Hermite tensor C_{k} would have L^k = {L}^{k} entries (limit "
+            f"{MAX_TENSOR_ENTRIES:.0e}); use fewer variables or a lower order (max_order)"
+        )
     C = np.zeros((L,) * k)
     kf = math.factorial(k)
     for a in store.support():
@@ -1155,10 +1157,9 @@ def analyze(
     rng: int | np.random.Generator = 0,
 ) -> SIEReport:
     """Full SIE analysis of a target (string or sympy expression): see the module docstring."""
+    K = check_int("max_order", max_order, lo=1, hi=MAX_DEGREE)
+    tol = check_positive("tol", tol, hi=1.0)
     t = parse_target(target, L)
-    K = int(max_order)
-    if K < 1:
-        raise ValueError(f"max_order must be >= 1, got {max_order}")
     if t.is_polynomial and not t.is_constant:
         K = max(K, int(sp.Poly(t.expr, *t.symbols).total_degree()))
     params = dict(expr=str(t.expr), L=t.L, max_order=K, tol=tol)

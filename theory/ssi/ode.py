@@ -28,9 +28,19 @@ import numpy as np
 from theory._util import check_positive
 from theory.solve.ode import integrate_log_time
 from theory.ssi.risk import SSIModel, UntiedNetwork
-from theory.ssi.trajectory import Trajectory, classify_minimum
+from theory.ssi.trajectory import (
+    MAX_LR,
+    PAST_NOTE,
+    Trajectory,
+    classify_minimum,
+    default_eta,
+    start_past_threshold,
+)
 
 __all__ = ["ODEResult", "rhs", "integrate_ode"]
+
+MAX_D = 1e12  # dimension (sets the start 1/sqrt(d) and the threshold)
+MAX_T = 1e9  # ODE horizon t_max
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,8 +86,12 @@ def integrate_ode(
     """Integrate the (e, m) ODE (:func:`rhs`, docs/ssi.md eq. 18) from (e0, m0).
 
     Defaults: m0 = 1/sqrt(d) (every row for the untied network), e0 = 1/sqrt(d) in every reduced
-    coordinate, eta = 2/sqrt(d).  ``t_max=None`` integrates until stationary (|dy/dt| t below
-    1e-9 after escape, or the state collapsed to 1e-3 of its start, or exactly no drift).
+    coordinate, eta = twice the norm of that start (:func:`theory.ssi.trajectory.default_eta`:
+    2 sqrt((1 + r)/d), 2/sqrt(d) without encoding), so the default start never lies past the
+    threshold.  An explicit start at or past an explicit eta raises ValueError; past the default
+    eta, ``t_escape`` is None (the message says why).  ``t_max=None`` integrates until
+    stationary (|dy/dt| t below 1e-9 after escape, or the state collapsed to 1e-3 of its start,
+    or exactly no drift).
     Times are reported as t and as SGD steps nu = t d / lr.
     """
     if isinstance(model, UntiedNetwork) and model.normalisation == "flat":
@@ -86,10 +100,21 @@ def integrate_ode(
             "order parameters); use UntiedNetwork(..., normalisation='rows'), whose ODE it "
             "shares near m = 0 (docs/findings.md §6)"
         )
-    lr = check_positive("lr", lr, strict=False)
-    d = check_positive("d", d)
+    lr = check_positive("lr", lr, strict=False, hi=MAX_LR)
+    d = check_positive("d", d, hi=MAX_D)
+    if d < 1:
+        raise ValueError(f"d must be >= 1, got {d:g}")
+    explicit_start = m0 is not None or e0 is not None
+    for name, v in (("m0", m0), ("e0", e0)):
+        if v is not None and not np.all(np.abs(np.asarray(v, dtype=float)) <= 1):
+            raise ValueError(f"{name} must lie in [-1, 1] (an overlap), got {v!r}")
+    if e0 is not None and (model.untied or not model.r):
+        raise ValueError("e0 is the start of the positional encoding; this model has none: drop e0")
     m0 = 1 / math.sqrt(d) if m0 is None else m0
-    eta = 2 / math.sqrt(d) if eta is None else check_positive("eta", eta)
+    eta_given = eta is not None
+    eta = default_eta(model, d) if eta is None else check_positive("eta", eta, hi=1.0)
+    if t_max is not None:
+        t_max = check_positive("t_max", t_max, hi=MAX_T)
     L = model.L
     if model.untied:
         y0 = np.atleast_1d(np.asarray(m0, dtype=float)).ravel()
@@ -107,9 +132,12 @@ def integrate_ode(
             c0 = np.zeros(0)
         y0 = np.concatenate([c0, [float(m0)]])
         norm = lambda y: float(np.linalg.norm(y))
+    if not np.all(np.isfinite(y0)):
+        raise ValueError("the start (m0, e0) must be finite numbers")
     if norm(y0) > 1 + 1e-12:
         raise ValueError("the initial point must satisfy ||(e, m)|| <= 1")
     n0 = norm(y0)
+    past = start_past_threshold(n0, eta, eta_given=eta_given, explicit_start=explicit_start)
 
     def fun(t, y):
         return rhs(model, y, lr)
@@ -155,7 +183,8 @@ def integrate_ode(
         minimum = classify_minimum(fe, final_m)
     if sol.status != "converged":
         minimum = "other" if sol.status == "nan" else minimum
-    te = sol.t_event
+    te = None if past else sol.t_event
+    message = sol.message + ("; " + PAST_NOTE.format(eta=eta) if past else "")
     return ODEResult(
         t=sol.t,
         steps=sol.t * d / lr if lr > 0 else np.full_like(sol.t, np.inf),
@@ -172,7 +201,7 @@ def integrate_ode(
         d=d,
         eta=eta,
         status=sol.status,
-        message=sol.message,
+        message=message,
         params=dict(model=model.key(), lr=lr, d=d, m0=m0, e0=e0, eta=eta),
         metadata=dict(engine=model.engine, n_rhs=sol.n_rhs, t_final=sol.t_final),
     )

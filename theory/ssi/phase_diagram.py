@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 
+from theory._util import check_int, check_positive
 from theory.gauss import gh_rule
 from theory.results import Result
 from theory.ssi._kernels import attention_jac
@@ -126,6 +127,8 @@ REGIONS = (
     "global positional",
 )
 PD_NODES = 200  # default 2-D Gauss-Hermite nodes per dimension for the phase-diagram integrals
+MAX_PD_NODES = 2000  # n^2 points per integral
+MAX_PD_POINTS = 4_000_000  # (a, omega) points of one phase diagram
 
 
 @lru_cache(maxsize=8)
@@ -181,11 +184,21 @@ def _blocks(n: int = PD_NODES) -> dict:
     return out
 
 
-def _criteria(a, omega, n: int = PD_NODES) -> dict:
-    """The criteria as a dict of arrays (see :func:`pd_criteria`)."""
-    b = _blocks(n)
+def _check_point(a, omega) -> tuple[np.ndarray, np.ndarray]:
     a = np.asarray(a, dtype=float)
     om = np.asarray(omega, dtype=float)
+    if not np.all((a > 0) & (a <= 10)):
+        raise ValueError("the positional strength a must lie in (0, 10]")
+    if not np.all((om >= 0) & (om <= 1)):
+        raise ValueError("omega must lie in [0, 1]")
+    return a, om
+
+
+def _criteria(a, omega, n: int = PD_NODES) -> dict:
+    """The criteria as a dict of arrays (see :func:`pd_criteria`)."""
+    n = check_int("nodes", n, lo=8, hi=MAX_PD_NODES)
+    a, om = _check_point(a, omega)
+    b = _blocks(n)
     p = positional_weight(a)
 
     def dotA(M):  # <A_a, M> for A_a = [[p, 1-p], [1-p, p]] (rows sum to 1)
@@ -297,9 +310,8 @@ def boundaries(a: float, n: int = PD_NODES) -> BoundariesResult:
     derivative < 0 and positive second derivative along the circle) change.  Roots by Brent on
     the exact criteria (each affine in omega for fixed a).
     """
-    a = float(a)
-    if not (0 < a <= 10):
-        raise ValueError(f"a must be in (0, 10], got {a}")
+    a = check_positive("a", a, hi=10)
+    n = check_int("nodes", n, lo=8, hi=MAX_PD_NODES)
     cr = lambda om, key: float(_criteria(a, om, n)[key])
     bo = lambda om, key: bool(_booleans(a, om, n)[key])
     out = dict(
@@ -340,6 +352,13 @@ def phase_diagram(
     ag, wg = np.asarray(a_grid, float), np.asarray(omega_grid, float)
     if ag.ndim != 1 or wg.ndim != 1 or not len(ag) or not len(wg):
         raise ValueError("a_grid and omega_grid must be non-empty 1-D sequences")
+    if ag.size * wg.size > MAX_PD_POINTS:
+        raise ValueError(
+            f"the grid has {ag.size} x {wg.size} points, more than {MAX_PD_POINTS}; use a "
+            "coarser grid"
+        )
+    _check_point(ag, wg)
+    n_disk = check_int("n_disk", n_disk, lo=2, hi=1000)
     A, O = np.meshgrid(ag, wg, indexing="ij")
     out = _booleans(A, O, n)
     crit = CriteriaResult(**out.pop("criteria"), a=A, omega=O, nodes=n)

@@ -39,13 +39,14 @@ import numpy as np
 import sympy as sp
 from scipy import integrate
 
+from theory._util import check_int
 from theory.gauss import gh_tensor, sobol_normal
 from theory.rng import as_rng
 from theory.ssi._kernels import activation as activation_fn
 from theory.ssi._kernels import attention_jac, he_multi, he_table
 from theory.ssi.hermite import polynomial_coefficients
 from theory.ssi.tables import ps_tables
-from theory.ssi.targets import PositionalSemanticTarget, Target, as_target
+from theory.ssi.targets import MAX_L, PositionalSemanticTarget, Target, as_target
 
 __all__ = ["SSIModel", "AttentionModel", "TiedNetwork", "UntiedNetwork", "ps_model"]
 
@@ -95,9 +96,7 @@ class SSIModel:
     kind = "model"
 
     def _setup(self, target, L, B, engine, method, n, rng):
-        self.L = int(L)
-        if self.L < 1:
-            raise ValueError(f"L must be >= 1, got {L}")
+        self.L = check_int("L", L, lo=1, hi=MAX_L)
         self.target = as_target(target, self.L)
         self.B = B
         self.r = B.shape[1]
@@ -466,7 +465,7 @@ class AttentionModel(SSIModel):
         n_student=None,
         rng=0,
     ):
-        L = int(L)
+        L = check_int("L", L, lo=1, hi=MAX_L)
         if isinstance(reduction, str):
             red = reduction
             if red not in ("identity", "trace"):
@@ -613,7 +612,8 @@ class TiedNetwork(SSIModel):
         self.activation = str(activation).lower()
         activation_fn(self.activation)  # ValueError for an unknown name
         self.k = 1
-        self._setup(target, int(L), np.zeros((int(L), 0)), engine, method, n, rng)
+        L = check_int("L", L, lo=1, hi=MAX_L)
+        self._setup(target, L, np.zeros((L, 0)), engine, method, n, rng)
 
     def __repr__(self):
         return f"{type(self).__name__}({self.target!r}, L={self.L}, activation={self.activation!r})"

@@ -36,7 +36,7 @@ import numpy as np
 import sympy as sp
 from sympy.core.function import AppliedUndef
 
-from theory._util import check_unit_interval
+from theory._util import check_int, check_positive, check_row_stochastic, check_unit_interval
 from theory.ssi._kernels import attention_jac, attention_scores
 
 __all__ = [
@@ -140,6 +140,300 @@ _ALLOWED_FUNCS = (
 )
 
 
+# =========================================================================== size limits
+
+#: Limits on a target, checked on the text (or the sympy tree) BEFORE sympy builds or expands
+#: anything, so that a hostile or mistyped target fails at once with a message instead of
+#: exhausting memory (docs/ssi.md, "Limits").
+MAX_L = 64  # highest variable index z<k> and sequence length L
+MAX_DEGREE = 12  # polynomial degree, Hermite order He<k>, exponent of a variable
+MAX_CONST_EXPONENT = 64  # exponent of a pure number (2**10 is fine, 10**10**10 is not)
+MAX_NUMBER = 1e15  # absolute value of a number in the target
+MAX_LENGTH = 2000  # characters of a target string
+MAX_NODES = 500  # operations, numbers and variables of a target
+MAX_DEPTH = 40  # nesting depth
+MAX_MONOMIALS = 10_000  # monomials of the expanded polynomial part (an upper bound)
+
+_FUNC_LIST = (
+    "He<k>, He(k, x), exp, log, sqrt, sin, cos, tanh, erf, abs, sign, relu, max, min, "
+    "Heaviside, sigmoid, softmax"
+)
+
+
+@dataclass
+class _Size:
+    """Upper bounds carried up the expression tree: polynomial degree, monomial count, and the
+    numeric value when the subtree is a plain number (None otherwise)."""
+
+    degree: int = 0
+    monomials: int = 1
+    value: float | None = None
+    const: bool = True  # no variable below
+
+
+def _cap(n: int) -> int:
+    return min(int(n), MAX_MONOMIALS + 1)
+
+
+def _power_monomials(n: int, p: int) -> int:
+    return _cap(math.comb(_cap(n) + p - 1, p)) if p > 0 else 1
+
+
+class _Guard:
+    """One walk over a target (a Python AST of the string, or a sympy tree) enforcing the limits
+    above; ``source`` is the user's text for the messages."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.nodes = 0
+
+    def fail(self, what: str) -> None:
+        src = self.source if len(self.source) <= 60 else self.source[:57] + "..."
+        raise ValueError(f"the target {src!r} {what}")
+
+    # ---- combination rules shared by both tree kinds
+    def number(self, x: float) -> _Size:
+        if not math.isfinite(x) or abs(x) > MAX_NUMBER:
+            self.fail(
+                f"contains the number {x:.3g}; numbers must be finite with absolute value <= "
+                f"{MAX_NUMBER:g}: rescale the target"
+            )
+        return _Size(value=x)
+
+    def variable(self, name: str) -> _Size:
+        m = _VAR_RE.match(name)
+        if not m:
+            self.fail(
+                f"uses the unknown variable {name!r}; variables are z1..zL (1-based) and the "
+                f"functions are {_FUNC_LIST}"
+            )
+        k = int(m.group(1)) if len(m.group(1)) <= 6 else MAX_L + 1
+        if k < 1:
+            self.fail(f"uses the unknown variable {name!r}; variables are z1..zL, numbered from 1")
+        if k > MAX_L:
+            self.fail(f"uses z{m.group(1)}; at most {MAX_L} variables (z1..z{MAX_L}) are supported")
+        return _Size(degree=1, const=False)
+
+    def add(self, parts: list[_Size]) -> _Size:
+        return self._bounded(
+            _Size(
+                degree=max(p.degree for p in parts),
+                monomials=_cap(sum(p.monomials for p in parts)),
+                const=all(p.const for p in parts),
+            )
+        )
+
+    def mul(self, parts: list[_Size]) -> _Size:
+        mono = 1
+        for p in parts:
+            mono = _cap(mono * p.monomials)
+        return self._bounded(
+            _Size(
+                degree=sum(p.degree for p in parts),
+                monomials=mono,
+                const=all(p.const for p in parts),
+            )
+        )
+
+    def power(self, base: _Size, exp: _Size) -> _Size:
+        if not exp.const:  # a variable exponent: not a polynomial; bound what is below
+            return self.mul([base, exp])
+        v = exp.value
+        if base.const:
+            if v is not None and abs(v) > MAX_CONST_EXPONENT:
+                self.fail(
+                    f"raises a number to the power {v:.3g}; exponents of numbers must be at most "
+                    f"{MAX_CONST_EXPONENT} in absolute value"
+                )
+            if base.value is not None and v is not None:
+                try:
+                    val = float(base.value) ** float(v)
+                except (OverflowError, ZeroDivisionError):
+                    val = math.inf
+                if isinstance(val, complex):
+                    return _Size()
+                return self.number(val)
+            return _Size()
+        if v is None:  # z1**pi: bounded like z1
+            return self._bounded(_Size(degree=base.degree, monomials=base.monomials, const=False))
+        if abs(v) > MAX_DEGREE:
+            self.fail(
+                f"raises an expression in the variables to the power {v:.3g}; exponents are "
+                f"limited to {MAX_DEGREE} in absolute value (polynomial degree <= {MAX_DEGREE})"
+            )
+        p = math.ceil(abs(v))
+        mono = _power_monomials(base.monomials, p) if v == int(v) and v >= 0 else base.monomials
+        return self._bounded(_Size(degree=base.degree * p, monomials=mono, const=False))
+
+    def hermite(self, k, arg: _Size) -> _Size:
+        if not (isinstance(k, int) and 0 <= k <= MAX_DEGREE):
+            self.fail(
+                f"uses the Hermite polynomial of order {k}; He(k, x) needs a non-negative integer "
+                f"order k <= {MAX_DEGREE}"
+            )
+        mono = _cap(sum(_power_monomials(arg.monomials, k - 2 * j) for j in range(k // 2 + 1)))
+        return self._bounded(_Size(degree=arg.degree * k, monomials=mono, const=arg.const))
+
+    def function(self, args: list[_Size]) -> _Size:
+        # a non-polynomial function: its arguments are bounded; the result counts as one monomial
+        # of the largest argument degree (what the piecewise/numerical Hermite code works with)
+        return self._bounded(
+            _Size(degree=max((a.degree for a in args), default=0), const=all(a.const for a in args))
+        )
+
+    def _bounded(self, s: _Size) -> _Size:
+        if s.degree > MAX_DEGREE:
+            self.fail(
+                f"has polynomial degree above {MAX_DEGREE} (at least {s.degree}); lower the "
+                "powers or Hermite orders"
+            )
+        if s.monomials > MAX_MONOMIALS:
+            self.fail(
+                f"expands to more than {MAX_MONOMIALS} monomials; use fewer variables inside "
+                "powers and Hermite polynomials"
+            )
+        return s
+
+    def enter(self, depth: int) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            self.fail(f"has more than {MAX_NODES} terms and operations; shorten it")
+        if depth > MAX_DEPTH:
+            self.fail(f"is nested more than {MAX_DEPTH} levels deep; simplify it")
+
+    # ---- a Python AST of the target string
+    def walk_ast(self, node, depth: int = 0) -> _Size:
+        import ast
+
+        self.enter(depth)
+        d = depth + 1
+        if isinstance(node, ast.Expression):
+            return self.walk_ast(node.body, d)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                self.fail(f"contains the literal {node.value!r}; only numbers are allowed")
+            if isinstance(node.value, int) and abs(node.value) > MAX_NUMBER:
+                return self.number(math.inf)
+            return self.number(float(node.value))
+        if isinstance(node, ast.Name):
+            if node.id in ("pi", "E"):
+                return _Size()
+            if node.id in _FUNCS or re.fullmatch(r"He\d+", node.id):
+                self.fail(f"uses the function {node.id} without an argument; write {node.id}(x)")
+            return self.variable(node.id)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+            s = self.walk_ast(node.operand, d)
+            if s.value is not None and isinstance(node.op, ast.USub):
+                return _Size(value=-s.value)
+            return s
+        if isinstance(node, ast.BinOp):
+            op = type(node.op)
+            if op is ast.Pow:
+                return self.power(self.walk_ast(node.left, d), self.walk_ast(node.right, d))
+            if op not in (ast.Add, ast.Sub, ast.Mult, ast.Div):
+                self.fail(
+                    "uses an operator that targets do not have; the operators are + - * / and "
+                    "** (or ^)"
+                )
+            # a chain a + b + c (or a * b * c) is one level, however long
+            group = (ast.Add, ast.Sub) if op in (ast.Add, ast.Sub) else (ast.Mult, ast.Div)
+            same = isinstance(node.left, ast.BinOp) and isinstance(node.left.op, group)
+            a, b = self.walk_ast(node.left, depth if same else d), self.walk_ast(node.right, d)
+            s = self.add([a, b]) if op in (ast.Add, ast.Sub) else self.mul([a, b])
+            if a.value is not None and b.value is not None:
+                x, y = a.value, b.value
+                if op is ast.Div and y == 0:
+                    self.fail("divides by zero; give a finite expression")
+                val = {ast.Add: x + y, ast.Sub: x - y, ast.Mult: x * y}.get(op)
+                s = self.number(x / y if op is ast.Div else val)
+            return s
+        if isinstance(node, ast.Call):
+            return self._call_ast(node, d)
+        if isinstance(node, ast.Attribute):
+            self.fail("uses attribute access ('.name'); only numbers, z1..zL and functions")
+        self.fail(
+            f"uses Python syntax that targets do not have ({type(node).__name__}); write "
+            f"numbers, z1..zL, + - * / ** (or ^), parentheses and the functions {_FUNC_LIST}"
+        )
+
+    def _call_ast(self, node, d: int) -> _Size:
+        import ast
+
+        if not isinstance(node.func, ast.Name):
+            self.fail(f"calls something that is not one of the functions {_FUNC_LIST}")
+        name = node.func.id
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            self.fail(f"passes keyword or starred arguments to {name}; write {name}(x)")
+        m = re.fullmatch(r"He(\d+)", name)
+        if m:
+            order = int(m.group(1)) if len(m.group(1)) <= 6 else MAX_DEGREE + 1
+            if len(node.args) != 1:
+                self.fail(
+                    f"calls {name}: {name}(x) takes exactly one argument, got {len(node.args)}"
+                )
+            return self.hermite(order, self.walk_ast(node.args[0], d))
+        if name == "He":
+            if len(node.args) != 2:
+                self.fail("calls He with the wrong arguments; write He(k, x)")
+            k = self.walk_ast(node.args[0], d).value
+            k = int(k) if k is not None and k == int(k) else k
+            return self.hermite(k, self.walk_ast(node.args[1], d))
+        if name not in _FUNCS or name in ("pi", "E"):
+            self.fail(f"calls the unknown function {name!r}; the functions are {_FUNC_LIST}")
+        if not node.args:
+            self.fail(f"calls {name} without arguments")
+        return self.function([self.walk_ast(a, d) for a in node.args])
+
+    # ---- a sympy expression given through the Python API
+    def walk_sympy(self, e, depth: int = 0) -> _Size:
+        self.enter(depth)
+        d = depth + 1
+        if e.is_Number:
+            return self.number(float(e)) if e.is_real else _Size()
+        if e.is_Symbol:
+            return self.variable(e.name)
+        if e.is_NumberSymbol or not e.free_symbols:
+            return _Size()
+        if e.is_Add:
+            return self.add([self.walk_sympy(a, d) for a in e.args])
+        if e.is_Mul:
+            return self.mul([self.walk_sympy(a, d) for a in e.args])
+        if e.is_Pow:
+            return self.power(self.walk_sympy(e.base, d), self.walk_sympy(e.exp, d))
+        return self.function([self.walk_sympy(a, d) for a in e.args if isinstance(a, sp.Basic)])
+
+
+def check_target_text(text: str) -> None:
+    """Reject a target string that is hostile (attribute access, lambda, imports, unknown
+    functions, ...) or too large (see the ``MAX_*`` limits) before anything is evaluated."""
+    import ast
+
+    if len(text) > MAX_LENGTH:
+        raise ValueError(
+            f"the target expression is too long ({len(text)} > {MAX_LENGTH} characters); shorten it"
+        )
+    bad = re.search(r"__|\blambda\b|\bimport\b|[;\[\]{}\\\"'`@!$]", text)
+    if bad:
+        raise ValueError(
+            f"cannot parse the target {text!r}: {bad.group(0)!r} is forbidden; write numbers, "
+            f"z1..zL, + - * / ** (or ^), parentheses and the functions {_FUNC_LIST}"
+        )
+    try:
+        tree = ast.parse(text.replace("^", "**"), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        msg = getattr(exc, "msg", None) or (str(exc).splitlines() or [""])[0]
+        raise ValueError(
+            f"cannot parse the target {text!r}: {msg or type(exc).__name__}; write numbers, "
+            f"z1..zL, + - * / ** (or ^), parentheses and the functions {_FUNC_LIST}"
+        ) from None
+    _Guard(text).walk_ast(tree)
+
+
+def check_target_expr(expr: sp.Expr, source: str) -> None:
+    """The same limits as :func:`check_target_text` for a sympy expression."""
+    _Guard(source).walk_sympy(expr)
+
+
 def _check_expr(expr: sp.Expr, L: int | None, source: str) -> tuple[sp.Expr, int]:
     if not isinstance(expr, sp.Expr):
         raise ValueError(f"the target {source!r} is not a scalar expression")
@@ -167,9 +461,7 @@ def _check_expr(expr: sp.Expr, L: int | None, source: str) -> tuple[sp.Expr, int
     if L is None:
         L = max(top, 1)
     else:
-        L = int(L)
-        if L < 1:
-            raise ValueError(f"L must be >= 1, got {L}")
+        L = check_int("L", L, lo=1, hi=MAX_L)
         if top > L:
             raise ValueError(
                 f"the target uses z{top} but L = {L}: variables must lie in z1..z{L}; raise L "
@@ -179,21 +471,12 @@ def _check_expr(expr: sp.Expr, L: int | None, source: str) -> tuple[sp.Expr, int
 
 
 def _parse_string(text: str) -> sp.Expr:
-    from sympy.parsing.sympy_parser import (
-        auto_number,
-        auto_symbol,
-        convert_xor,
-        factorial_notation,
-        parse_expr,
-    )
+    from sympy.parsing.sympy_parser import auto_number, auto_symbol, convert_xor, parse_expr
 
     text = text.strip()
     if not text:
         raise ValueError("the target expression is empty")
-    if len(text) > 5000:
-        raise ValueError("the target expression is too long (> 5000 characters)")
-    if re.search(r"__|\blambda\b|\bimport\b|[;\[\]{}\\\"'`@]", text):
-        raise ValueError(f"cannot parse the target {text!r}: it contains forbidden characters")
+    check_target_text(text)  # limits and hostile constructs, before sympy sees anything
     local: dict[str, Any] = dict(_FUNCS)
     for name in set(re.findall(r"\b(z\d+)\b", text)):
         local[name] = sp.Symbol(name, real=True)
@@ -206,14 +489,13 @@ def _parse_string(text: str) -> sp.Expr:
         "Rational": sp.Rational,
         "Symbol": sp.Symbol,
         "Function": sp.Function,
-        "factorial": sp.factorial,
     }
     try:
         expr = parse_expr(
             text,
             local_dict=local,
             global_dict=glob,
-            transformations=(auto_symbol, auto_number, factorial_notation, convert_xor),
+            transformations=(auto_symbol, auto_number, convert_xor),
         )
     except ValueError as exc:
         raise ValueError(f"cannot parse the target {text!r}: {exc}") from None
@@ -252,6 +534,7 @@ def parse_target(expr: str | sp.Expr | Target, L: int | None = None) -> Target:
         except (sp.SympifyError, TypeError) as exc:
             raise ValueError(f"cannot read the target {expr!r}: {exc}") from None
         source = str(parsed)
+        check_target_expr(parsed, source)
         parsed = _realify(parsed)
     parsed, L = _check_expr(parsed, L, source)
     return Target(expr=parsed, L=L, source=source)
@@ -434,19 +717,19 @@ class PositionalSemanticTarget(SequenceTarget):
 
     def __init__(self, omega: float, a: float | None = None, *, L: int = 2, A=None):
         self.omega = check_unit_interval("omega", omega)
-        self.L = int(L)
+        self.L = check_int("L", L, lo=1, hi=MAX_L)
         if A is None:
             if a is None:
                 raise ValueError("give the positional strength a (or a matrix A)")
             if self.L != 2:
                 raise ValueError("A_a is defined for L = 2; pass A= for other L")
-            a = float(a)
+            a = check_positive("a", a)
             if not (0 < a <= 10):
                 raise ValueError(f"a must be in (0, 10], got {a}")
             self.a = a
             A = positional_matrix(a)
         else:
-            A = np.asarray(A, dtype=float)
+            A = check_row_stochastic("A", A)
             self.a = None
         if A.shape != (self.L, self.L):
             raise ValueError(f"A must be {self.L}x{self.L}, got {A.shape}")

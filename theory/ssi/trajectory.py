@@ -17,7 +17,9 @@ import numpy as np
 
 from theory.results import Result
 
-__all__ = ["Trajectory", "classify_minimum"]
+__all__ = ["Trajectory", "classify_minimum", "default_eta", "start_past_threshold"]
+
+MAX_LR = 1e6  # step size gamma of the ODE and of SGD (the optimum grows with d: ~1e3 at d = 1e12)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,3 +63,35 @@ def classify_minimum(e: float | np.ndarray, m: float) -> str:
         return "other"
     ang = math.degrees(math.atan2(en, mm))
     return "semantic" if ang < 15 else ("positional" if ang > 75 else "other")
+
+
+def default_eta(model, d: float) -> float:
+    """The default weak-recovery threshold (docs/ssi.md eq. 17): twice the norm of the default
+    start, eta = 2 sqrt(n / d) with n = 1 + r order parameters (m and the r reduced encoding
+    coordinates; n = 1 for the untied network, whose m_untied is a root mean square).  The default
+    ODE start puts every coordinate at 1/sqrt(d) (norm sqrt(n / d)), the root-mean-square norm
+    of a uniformly random start, so neither starts past the threshold, for any L, encoding or
+    student."""
+    n = 1 if model.untied else 1 + model.B.shape[1]
+    return 2.0 * math.sqrt(n / d)
+
+
+def start_past_threshold(
+    norm0: float, eta: float, *, eta_given: bool, explicit_start: bool
+) -> bool:
+    """Whether a start of norm ``norm0`` already lies at or past ``eta`` (then there is no
+    weak-recovery time).  A start given explicitly together with an explicit ``eta`` it already
+    reaches is a contradiction: ValueError saying what to change."""
+    past = norm0 >= eta
+    if past and eta_given and explicit_start:
+        raise ValueError(
+            f"the start ||(e, m)|| = {norm0:.4g} already lies at or past the weak-recovery "
+            f"threshold eta = {eta:.4g}; give a smaller start (m0, e0) or a larger eta"
+        )
+    return past
+
+
+PAST_NOTE = (
+    "the start lies at or past the weak-recovery threshold eta = {eta:.4g}: no escape time "
+    "(give eta above the start to measure one)"
+)

@@ -13,7 +13,9 @@ orthonormal basis q_j of span(P)) each student row has frame coordinates c = (m,
 sqrt(d)); the reduced encoding coordinate e of ``theory.ssi.risk`` is c[1:].  Time t = gamma nu /
 d (nu = step count).  Weak recovery: nu_eta = first step with ||c|| >= eta (|m| without
 encoding), or, for the untied network, m_untied = ||W w* / d|| / sqrt(L) >= eta.  Default
-eta = 2 / sqrt(d).
+eta = 2 sqrt((1 + r) / d) (``theory.ssi.trajectory.default_eta``: twice the root-mean-square
+norm of a random start).  A random start at or past eta escapes at step 0 (rare with the default
+eta); a given start past the default eta has no escape step (None).
 
 A simulator is a *state* (``theory.ssi.sgd.full`` keeps the d-dimensional weights,
 ``theory.ssi.sgd.reduced`` the exact d-independent chain of the frame coordinates) that advances
@@ -31,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from theory._util import check_positive, to_jsonable
+from theory._util import check_int, check_positive, to_jsonable
 from theory.rng import as_rng
+from theory.ssi import trajectory as tr
 from theory.ssi._kernels import activation_code
 from theory.ssi.risk import AttentionModel, SSIModel, TiedNetwork, UntiedNetwork
 from theory.ssi.sgd import _kernels as K
@@ -95,20 +98,30 @@ def _record_grid(horizon: int, n_record: int) -> np.ndarray:
     return np.concatenate([[0], g])
 
 
-def _validate(d, lr, eta, m0, start, n_rows_frame):
-    d = int(d)
-    if d < n_rows_frame + 2:
+MAX_D = 10**8  # dimension of a simulation (the full simulator keeps L x d weights)
+MAX_STEPS = 10**12  # SGD steps
+
+
+def check_run(model, d, lr, *, eta=None, m0=None, start="random", steps=None, max_steps=1, **_):
+    """The arguments of a simulation, checked (ValueError saying what to change) -> (d, lr, eta,
+    steps, max_steps) with the defaults filled in.  ``simulate_seeds`` calls it before starting
+    any run."""
+    d = check_int("d", d, hi=MAX_D)
+    if d < model.B.shape[1] + 3:
         raise ValueError(
-            f"d = {d} is too small: need d >= {n_rows_frame + 2} (teacher, "
-            "encoding directions and the student must fit)"
+            f"d = {d} is too small: need d >= {model.B.shape[1] + 3} (teacher, encoding "
+            "directions and the student must fit)"
         )
-    check_positive("lr", lr)
+    lr = check_positive("lr", lr, hi=tr.MAX_LR)
     if start not in ("random", "origin"):
         raise ValueError(f"start must be 'random' or 'origin', got {start!r}")
-    eta = 2.0 / math.sqrt(d) if eta is None else check_positive("eta", eta)
+    eta = tr.default_eta(model, d) if eta is None else check_positive("eta", eta, hi=1.0)
     if m0 is not None and not (-1.0 <= float(m0) <= 1.0):
         raise ValueError(f"m0 must lie in [-1, 1], got {m0}")
-    return d, float(lr), float(eta)
+    if steps is not None:
+        steps = check_int("steps", steps, lo=0, hi=MAX_STEPS)
+    max_steps = check_int("max_steps", max_steps, lo=1, hi=MAX_STEPS)
+    return d, lr, eta, steps, max_steps
 
 
 def _init_coords(model, d, rng, m0, e0, start):
@@ -168,7 +181,10 @@ def run(
     """Drive ``state_cls(model, d, rng, C0, rr0)`` from the start to the end rule (see
     ``theory.ssi.sgd.full.simulate_sgd`` for the arguments)."""
     k = model.B.shape[1]
-    d, lr, eta = _validate(d, lr, eta, m0, start, 1 + k)
+    eta_given = eta is not None
+    d, lr, eta, steps, max_steps = check_run(
+        model, d, lr, eta=eta, m0=m0, start=start, steps=steps, max_steps=max_steps
+    )
     head, Rm, act = kernel_head(model)
     tfn = model.target.values
     seed = int(rng) if isinstance(rng, (int, np.integer)) else None
@@ -176,16 +192,20 @@ def run(
     C0, rr0 = _init_coords(model, d, rng, m0, e0, start)
     state = state_cls(model, d, rng, C0, rr0)
     if steps is not None:
-        steps = int(steps)
-        if steps < 0:
-            raise ValueError("steps must be >= 0")
         horizon = end = steps
     else:
         horizon = end = int(max_steps)
     grid = _record_grid(horizon, n_record)
     eta2 = eta * eta
     rec_steps, rec_c, rec_loss = [0], [state.coords()], [np.nan]
-    esc = 0 if _recovery_q(model, C0) >= eta2 else None
+    explicit = m0 is not None or e0 is not None
+    past = tr.start_past_threshold(
+        math.sqrt(_recovery_q(model, C0)), eta, eta_given=eta_given, explicit_start=explicit
+    )
+    # a random start past eta escapes at step 0 (first passage); a given start past the default
+    # eta has no escape step to report (a trajectory from there)
+    unmeasured = past and explicit
+    esc = 0 if past else None
     if esc is not None and steps is None:
         end = min(int(max_steps), int(math.ceil(t_margin * d / lr)))
     pos, gi, loss_acc, loss_n = 0, 1, 0.0, 0
@@ -219,6 +239,7 @@ def run(
     if status != "nan":
         if steps is None:
             status = "converged" if esc is not None else "max_iter"
+            status = "ok" if unmeasured else status
     c = np.array(rec_c)  # (n_rec, R, 1 + k)
     st = np.array(rec_steps, dtype=np.int64)
     if model.untied:
@@ -243,6 +264,9 @@ def run(
         "max_iter": f"no weak recovery (eta = {eta:.3g}) within max_steps = {max_steps}",
         "nan": "the trajectory produced NaN (learning rate too large?)",
     }[status]
+    if unmeasured:
+        esc = None
+        msg += "; " + tr.PAST_NOTE.format(eta=eta)
     params = dict(
         d=d,
         lr=lr,
@@ -285,6 +309,8 @@ DOC_COMMON = """
     ``margin * nu_eta + t_margin * d / lr`` more steps (or ``max_steps``).  m0, e0: initial
     overlaps (the rest of the student is a uniformly random direction orthogonal to the frame);
     otherwise ``start`` = "random" (uniform on the sphere) or "origin" (w orthogonal to w* and
-    to P).  eta: weak recovery threshold (default 2 / sqrt(d)).  n_record: log-spaced record
-    points (at least 20 per decade).  Returns an :class:`SGDResult`.
+    to P).  eta: weak recovery threshold (default 2 sqrt((1 + r) / d), r the rank of the
+    encoding); an explicit start at or past an explicit eta raises ValueError, a given start past
+    the default eta has steps_escape None, a random start past eta escapes at step 0.
+    n_record: log-spaced record points (at least 20 per decade).  Returns an :class:`SGDResult`.
 """

@@ -16,14 +16,18 @@ from typing import Any
 
 import numpy as np
 
+from theory._util import check_int
 from theory.rng import as_rng, seed_int
 from theory.ssi.risk import SSIModel
-from theory.ssi.sgd.driver import SGDResult
+from theory.ssi.sgd.driver import SGDResult, check_run
 from theory.ssi.sgd.full import simulate_sgd
 from theory.ssi.sgd.reduced import simulate_reduced
 from theory.store import Store
 
 __all__ = ["simulate_seeds", "load_results", "seeds_from"]
+
+MAX_SEEDS = 100_000  # runs of one simulate_seeds call
+MAX_WORKERS = 1024  # processes
 
 
 def _job(args):
@@ -98,7 +102,12 @@ def simulate_seeds(
     """
     from tqdm.auto import tqdm
 
-    seeds = [int(s) for s in seeds]
+    seeds = [check_int("seed", s, lo=0) for s in seeds]
+    if not seeds:
+        raise ValueError("give at least one seed")
+    if workers is not None:
+        workers = check_int("workers", workers, lo=0, hi=MAX_WORKERS)
+    check_run(model, d, lr, **kwargs)  # before any run or progress bar
     store = _as_store(store)
     results = {}
     if store is not None:
@@ -140,5 +149,6 @@ def simulate_seeds(
 
 def seeds_from(rng: int | np.random.Generator, n: int) -> list[int]:
     """n independent integer seeds drawn from ``rng``."""
+    n = check_int("the number of seeds", n, lo=1, hi=MAX_SEEDS)
     g = as_rng(rng)
-    return [seed_int(g) for _ in range(int(n))]
+    return [seed_int(g) for _ in range(n)]
