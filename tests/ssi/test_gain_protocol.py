@@ -83,3 +83,25 @@ def test_protocol_sgd_gain_agrees_with_the_fixed_start_ode(norm):
     assert abs(g - ode) < 3.5 * se + 0.03 * ode, (g, se, ode)
     # and the simulated gain is far from L^2 = 9 (the published formula at optimal steps)
     assert g < 9 - 5 * se
+
+
+def test_protocol_rule_rejects_bad_input():
+    with pytest.raises(ValueError, match="lr_tied and lr_untied"):
+        G.gain_curve("sum_he2", [1], step_rule="protocol", ode=False)
+    with pytest.raises(ValueError, match="step_rule must be one of"):
+        G.gain_curve("sum_he2", [1], step_rule="published", ode=False)
+    with pytest.raises(ValueError, match="m0 must lie in"):
+        G.gain_curve("sum_he2", [1], m0=1.5, ode=False)
+    with pytest.raises(ValueError, match="lr_untied"):
+        G.protocol_gains(G.family_target("sum_he2", 1), 1, 100, 0.2, 1e-3, -1.0, ode=False)
+    with pytest.raises(ValueError, match="start must be"):
+        G.protocol_gains(G.family_target("sum_he2", 1), 1, 100, 0.2, 1e-3, 1e-3, start="random")
+
+
+def test_protocol_figure_is_registered():
+    from theory.reproduce import FIGURE_MODULES
+    from theory.ssi.figures.gain import FIGURES, published_lr_tied
+
+    assert "theory.ssi.figures.gain" in FIGURE_MODULES
+    assert set(FIGURES) == {"sgd-gain-published-protocol"}
+    assert published_lr_tied(4) == pytest.approx(4e-4)  # 2e-4 sqrt(L)
