@@ -433,10 +433,10 @@ def ode_gains(
     """Gains of the full ODE: ``gain_equal_ode`` (both at ``lr``) and ``gain_optimal_ode``
     (each network at its ODE-optimal step size, :func:`ode_optimal`).  start: "fixed" (every row
     at m0, default 1/sqrt(d)) or "typical" (:func:`typical_start`, matching random starts)."""
+    m0t, m0u = _ode_starts(start, d, L, m0)
     c = closed_form_gains(expr, L, d, eta, lr, activation, m0=m0)
     tn = TiedNetwork(expr, L=L, activation=activation)
     un = UntiedNetwork(expr, L=L, activation=activation)
-    m0t, m0u = _ode_starts(start, d, L, m0)
     nt = ode_escape_steps(tn, lr, d, eta, m0t) if c.tied_escapes else math.inf
     nu = ode_escape_steps(un, lr, d, eta, m0u)
     ok = lambda x: x is not None and math.isfinite(x) and x > 0
