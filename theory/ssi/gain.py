@@ -19,6 +19,11 @@ Networks (docs/ssi.md eqs. 5-6): tied f = sigma(sum_l x_l.w / sqrt(L)); untied f
 x_l.w_l / sqrt(L)) with each row on its own sqrt(d)-sphere (``untied_norms=("rows",)``) or the
 whole W renormalised as ONE vector of R^{L d} (``"flat"``, the authors' code).
 nu = weak-recovery step: tied |m| >= eta; untied m_untied = ||W w*/d|| / sqrt(L) >= eta.
+
+Step-size rules of :func:`gain_curve`: ``"equal"`` (both networks at ``lr``), ``"optimal"``
+(each at its own best step size) and ``"protocol"`` (fixed step sizes of each network, possibly
+depending on L: ``lr_tied``, ``lr_untied``; the paper's Fig. 3 uses 2e-4 sqrt(L) and 2e-4, far
+below both optima, where the gain is L (gamma_tied / gamma_untied) = L^(3/2) for sum_l He_2).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ __all__ = [
     "DriftConstants",
     "ClosedFormGains",
     "ODEGains",
+    "ProtocolGains",
     "GainCurveResult",
     "EscapePrediction",
     "gain_curve",
@@ -59,6 +65,7 @@ __all__ = [
     "ode_escape_steps",
     "ode_optimal",
     "ode_gains",
+    "protocol_gains",
     "typical_start",
     "predicted_escape",
     "F_STAR",
@@ -67,6 +74,7 @@ __all__ = [
 
 FAMILIES = ("sum_he2", "sum_z", "sum_he3")
 UNTIED_NORMS = ("rows", "flat")
+STEP_RULES = ("equal", "optimal", "protocol")
 
 # min_x -ln(1-x)/x^2 on (0, 1): the SIE-1 optimal-step constant (root of x/(1-x) = -2 ln(1-x))
 X_STAR = 0.7153318629591615
@@ -166,6 +174,23 @@ class ODEGains(Result):
     lr_opt_tied_ode: float = math.nan
     lr_opt_untied_ode: float = math.nan
     gain_optimal_ode: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtocolGains(Result):
+    """Gains at fixed step sizes of each network (:func:`protocol_gains`): the full ODE from the
+    start ``ode_start`` (``gain_protocol_ode``) and its linearisation in closed form
+    (``gain_protocol_closed``, from m0 = 1/sqrt(d)), with the escape steps of each network."""
+
+    ode_start: str = "fixed"
+    lr_tied: float = math.nan
+    lr_untied: float = math.nan
+    nu_protocol_tied_ode: float = math.inf
+    nu_protocol_untied_ode: float = math.inf
+    gain_protocol_ode: float | None = None
+    nu_protocol_tied_closed: float = math.inf
+    nu_protocol_untied_closed: float = math.inf
+    gain_protocol_closed: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,17 +428,15 @@ def ode_gains(
     lr: float,
     activation: str = "relu",
     start: str = "fixed",
+    m0: float | None = None,
 ) -> ODEGains:
     """Gains of the full ODE: ``gain_equal_ode`` (both at ``lr``) and ``gain_optimal_ode``
     (each network at its ODE-optimal step size, :func:`ode_optimal`).  start: "fixed" (every row
-    at m0 = 1/sqrt(d)) or "typical" (:func:`typical_start`, matching random starts)."""
-    if start not in ("fixed", "typical"):
-        raise ValueError("start must be 'fixed' or 'typical'")
-    c = closed_form_gains(expr, L, d, eta, lr, activation)
+    at m0, default 1/sqrt(d)) or "typical" (:func:`typical_start`, matching random starts)."""
+    m0t, m0u = _ode_starts(start, d, L, m0)
+    c = closed_form_gains(expr, L, d, eta, lr, activation, m0=m0)
     tn = TiedNetwork(expr, L=L, activation=activation)
     un = UntiedNetwork(expr, L=L, activation=activation)
-    m0t = typical_start(d, 1) if start == "typical" else 1 / math.sqrt(d)
-    m0u = typical_start(d, L) if start == "typical" else 1 / math.sqrt(d)
     nt = ode_escape_steps(tn, lr, d, eta, m0t) if c.tied_escapes else math.inf
     nu = ode_escape_steps(un, lr, d, eta, m0u)
     ok = lambda x: x is not None and math.isfinite(x) and x > 0
@@ -445,10 +468,75 @@ def ode_gains(
     )
 
 
+def _ode_starts(start: str, d: float, L: int, m0: float | None) -> tuple[float, float]:
+    """Per-row ODE starts (tied, untied) for ``start`` "fixed" (m0, default 1/sqrt(d)) or
+    "typical" (:func:`typical_start`)."""
+    if start not in ("fixed", "typical"):
+        raise ValueError(f"start must be 'fixed' or 'typical', got {start!r}")
+    if start == "typical":
+        return typical_start(d, 1), typical_start(d, L)
+    m0 = 1 / math.sqrt(d) if m0 is None else float(m0)
+    return m0, m0
+
+
+def protocol_gains(
+    expr: str | sp.Expr,
+    L: int,
+    d: float,
+    eta: float,
+    lr_tied: float,
+    lr_untied: float,
+    activation: str = "relu",
+    start: str = "fixed",
+    m0: float | None = None,
+    ode: bool = True,
+) -> ProtocolGains:
+    """Gain nu_untied / nu_tied with the tied network at ``lr_tied`` and the untied one at
+    ``lr_untied``: the full ODE from ``start`` ("fixed": every row at m0, default 1/sqrt(d);
+    "typical": :func:`typical_start`) and the closed form of the linearised ODE (from the fixed
+    start; SIE-2 small-step limit: gain = (A_tied lr_tied) / (A_untied lr_untied), i.e.
+    L^(3/2) for sum_l He_2 at the paper's Fig. 3 protocol lr_tied = sqrt(L) lr_untied).
+    ode=False: the closed form only (the ODE fields stay inf / None)."""
+    check_positive("lr_tied", lr_tied)
+    check_positive("lr_untied", lr_untied)
+    m0t, m0u = _ode_starts(start, d, L, m0)
+    c = drift_constants(expr, L, activation)
+    tn = TiedNetwork(expr, L=L, activation=activation)
+    un = UntiedNetwork(expr, L=L, activation=activation)
+    nt = ode_escape_steps(tn, lr_tied, d, eta, m0t) if ode and c.tied_escapes else math.inf
+    nu = ode_escape_steps(un, lr_untied, d, eta, m0u) if ode else math.inf
+    mc, s, k = (1 / math.sqrt(d) if m0 is None else float(m0)), math.sqrt(L), c.sie
+    if k is None:
+        ntc = nuc = math.inf
+    else:
+        ntc = (
+            linear_escape_steps(c.A_tied, c.K_tied, k, lr_tied, d, mc, eta)
+            if c.tied_escapes
+            else math.inf
+        )
+        nuc = linear_escape_steps(c.A_untied, c.K_row, k, lr_untied, d, s * mc, s * eta)
+    fin = lambda g: None if g is None or not math.isfinite(g) else g
+    return ProtocolGains(
+        ode_start=start,
+        lr_tied=float(lr_tied),
+        lr_untied=float(lr_untied),
+        nu_protocol_tied_ode=nt,
+        nu_protocol_untied_ode=nu,
+        gain_protocol_ode=fin(_ratio(nu, nt)),
+        nu_protocol_tied_closed=ntc,
+        nu_protocol_untied_closed=nuc,
+        gain_protocol_closed=fin(_ratio(nuc, ntc)),
+        message=c.message,
+        params=dict(expr=str(expr), L=L, d=d, eta=eta, activation=activation, start=start, m0=m0),
+    )
+
+
 # =========================================================================== simulation + rows
 
 
 def _summarise(nu_list, max_steps):
+    """(mean, SE, number censored) of escape steps, censored runs (None) counted at
+    max_steps."""
     nu = np.array([np.nan if v is None else v for v in nu_list], float)
     stuck = int(np.isnan(nu).sum())
     if stuck == len(nu):
@@ -460,12 +548,14 @@ def _summarise(nu_list, max_steps):
 
 
 def _scan(run, cand, step_rule):
-    """Run ``run(lr, cap)`` -> (mean, se, stuck) over the candidate step sizes (ordered from the
-    centre outwards); return the best (mean, se, stuck, lr) and all stats."""
+    """Run ``run(lr, cap)`` -> (mean, se, stuck, escape steps of each run) over the candidate
+    step sizes (ordered from the centre outwards); return the best (mean, se, stuck, lr) and
+    all stats (``nus``: each run's escape step, None when censored at ``cap``)."""
     stats = []
+    nus = {}
     cap = None
     for g in cand:
-        mean, se, stuck = run(float(g), cap)
+        mean, se, stuck, nus[float(g)] = run(float(g), cap)
         stats.append((mean if stuck == 0 else math.inf, mean, se, stuck, float(g)))
         if step_rule == "optimal" and stuck == 0:
             # a step size whose runs take 3x longer than the best so far cannot be the
@@ -473,7 +563,7 @@ def _scan(run, cand, step_rule):
             cap = int(3 * min(s[0] for s in stats)) + 1
     ok = [s for s in stats if np.isfinite(s[0])] or stats
     best = min(ok, key=lambda s: s[1])
-    return best[1:], [dict(lr=s[4], nu=s[1], nu_err=s[2], stuck=s[3]) for s in stats]
+    return best[1:], [dict(lr=s[4], nu=s[1], nu_err=s[2], stuck=s[3], nus=nus[s[4]]) for s in stats]
 
 
 def _ratio_err(mu, su, mt, st):
@@ -525,6 +615,9 @@ def gain_curve(
     ode_start: str = "typical",
     untied_norms: Sequence[str] = ("rows",),
     store: Store | str | Path | None = None,
+    lr_tied: float | Callable[[int], float] | None = None,
+    lr_untied: float | Callable[[int], float] | None = None,
+    m0: float | None = None,
 ) -> GainCurveResult:
     """The gain vs L, predicted and (optionally) simulated: one row per L.
 
@@ -546,9 +639,21 @@ def gain_curve(
     ``ode=False``).  seeds: a count (drawn from ``rng``) or a list of ints.  store: a
     :class:`theory.store.Store` or its path; every finished SGD run is kept there and not run
     again, so an interrupted curve resumes.
+
+    ``step_rule="protocol"``: the tied network at ``lr_tied`` and the untied one at
+    ``lr_untied`` (each a number or a function of L; the paper's Fig. 3: ``lambda L: 2e-4 *
+    sqrt(L)`` and 2e-4); its columns: lr_tied_protocol, lr_untied_protocol, gain_protocol_closed
+    (= gain_predicted) and, with ``ode=True``, gain_protocol_ode, nu_protocol_*_ode
+    (:func:`protocol_gains`).  m0: per-row fixed start of the simulations and of the ODE's
+    "fixed" start (None: simulations from uniformly random starts, ODE fixed start 1/sqrt(d)).
+    Each scan entry lists every run's escape step (``nus``, None when censored).
     """
-    if step_rule not in ("equal", "optimal"):
-        raise ValueError(f"step_rule must be 'equal' or 'optimal', got {step_rule!r}")
+    if step_rule not in STEP_RULES:
+        raise ValueError(f"step_rule must be one of {STEP_RULES}, got {step_rule!r}")
+    if step_rule == "protocol" and (lr_tied is None or lr_untied is None):
+        raise ValueError("step_rule='protocol' needs lr_tied and lr_untied (numbers or L -> lr)")
+    if m0 is not None and not 0 < float(m0) < 1:
+        raise ValueError(f"m0 must lie in (0, 1) (or be None for random starts), got {m0}")
     bad = [u for u in untied_norms if u not in UNTIED_NORMS]
     if bad or not untied_norms:
         raise ValueError(
@@ -570,7 +675,7 @@ def gain_curve(
     rows = []
     for L in Ls:
         expr = family_target(target, L)
-        cf = closed_form_gains(expr, L, d, eta, lr, activation)
+        cf = closed_form_gains(expr, L, d, eta, lr, activation, m0=m0)
         row = dict(
             L=L,
             target=str(expr),
@@ -591,8 +696,41 @@ def gain_curve(
         for key in _CLOSED_KEYS:
             row[key] = getattr(cf, key)
         lr_centre = dict(tied=cf.lr_opt_tied_closed, untied=cf.lr_opt_untied_closed)
-        if ode and cf.sie is not None:
-            og = ode_gains(expr, L, d, eta, lr, activation, start=ode_start)
+        if step_rule == "protocol":
+            lr_centre = {
+                k: float(v(L) if callable(v) else v)
+                for k, v in (("tied", lr_tied), ("untied", lr_untied))
+            }
+            pg = protocol_gains(
+                expr,
+                L,
+                d,
+                eta,
+                lr_centre["tied"],
+                lr_centre["untied"],
+                activation,
+                start=ode_start,
+                m0=m0,
+                ode=ode,
+            )
+            row.update(
+                lr_tied_protocol=lr_centre["tied"],
+                lr_untied_protocol=lr_centre["untied"],
+                gain_protocol_closed=pg.gain_protocol_closed,
+                gain_predicted=pg.gain_protocol_closed,
+                nu_protocol_tied_closed=pg.nu_protocol_tied_closed,
+                nu_protocol_untied_closed=pg.nu_protocol_untied_closed,
+            )
+            if ode and cf.sie is not None:
+                row.update(
+                    ode_start=ode_start,
+                    gain_protocol_ode=pg.gain_protocol_ode,
+                    gain_predicted_ode=pg.gain_protocol_ode,
+                    nu_protocol_tied_ode=pg.nu_protocol_tied_ode,
+                    nu_protocol_untied_ode=pg.nu_protocol_untied_ode,
+                )
+        elif ode and cf.sie is not None:
+            og = ode_gains(expr, L, d, eta, lr, activation, start=ode_start, m0=m0)
             row.update(_as_dict(og))
             row["gain_predicted_ode"] = (
                 og.gain_optimal_ode if step_rule == "optimal" else og.gain_equal_ode
@@ -611,6 +749,7 @@ def gain_curve(
                 untied_norms=untied_norms,
                 workers=workers,
                 progress=progress,
+                m0=m0,
             )
             _simulate_row(row, expr, L, sim, lr_centre, seed_list, store)
         rows.append(row)
@@ -624,7 +763,11 @@ def gain_curve(
         ode_start=ode_start,
         rows=rows,
         params=dict(
-            Ls=Ls, simulate=simulate, seeds=len(seed_list), untied_norms=list(untied_norms)
+            Ls=Ls,
+            simulate=simulate,
+            seeds=len(seed_list),
+            untied_norms=list(untied_norms),
+            m0=m0,
         ),
     )
 
@@ -636,12 +779,16 @@ def _simulate_row(row, expr, L, sim, lr_centre, seed_list, store):
     step_rule, lrs, lr_factors = sim["step_rule"], sim["lrs"], sim["lr_factors"]
     max_steps, untied_norms = sim["max_steps"], sim["untied_norms"]
     workers, progress = sim["workers"], sim["progress"]
+    # a fixed start only when asked (the stored runs of random starts keep their keys)
+    start_kw = {} if sim["m0"] is None else dict(m0=float(sim["m0"]))
     cap0 = int(max_steps) if max_steps is not None else None
     best = {}
     kinds = ["tied"] + [("untied" if u == "rows" else "untied_flat") for u in untied_norms]
     for kind in kinds:
         if step_rule == "equal":
             cand = [lr]
+        elif step_rule == "protocol":
+            cand = [lr_centre["tied" if kind == "tied" else "untied"]]
         elif lrs is not None:
             cand = sorted(lrs, key=lambda g: abs(math.log(g / lr)))
         else:
@@ -650,8 +797,13 @@ def _simulate_row(row, expr, L, sim, lr_centre, seed_list, store):
                 c0 = lr
             cand = sorted((c0 * f for f in lr_factors), key=lambda g: abs(math.log(g / c0)))
         if cap0 is None:
-            nus = (row.get("nu_opt_untied_ode"), row.get("nu_equal_untied_ode"))
-            ref = max(nus[0] or 0.0, nus[1] or 0.0, 1e4)
+            keys = (
+                "nu_opt_untied_ode",
+                "nu_equal_untied_ode",
+                "nu_opt_untied_closed",
+                "nu_protocol_untied_closed",
+            )
+            ref = max(*(row.get(k) or 0.0 for k in keys), 1e4)
             base_cap = int(min(50 * ref if math.isfinite(ref) else 1e9, 200 * d / min(cand)))
         else:
             base_cap = cap0
@@ -677,8 +829,10 @@ def _simulate_row(row, expr, L, sim, lr_centre, seed_list, store):
                 margin=0.0,
                 t_margin=0.0,
                 n_record=2,
+                **start_kw,
             )
-            return _summarise([r.steps_escape for r in res], cap)
+            nus = [r.steps_escape for r in res]
+            return (*_summarise(nus, cap), nus)
 
         best[kind], row[f"scan_{kind}"] = _scan(run, cand, step_rule)
     mt, st, kt, gt = best["tied"]

@@ -376,6 +376,26 @@ def _loglog_slope(L, g, err):
     return float(beta[0]), float(math.sqrt(cov[0, 0] * max(chi2, 1.0)))
 
 
+def _gain_series(ax, L, curve, sfx, color, marker, label, ms=5):
+    """Plot one simulated gain series of a :func:`theory.ssi.gain_curve` result (columns
+    ``gain_sim<sfx>`` and its error) with its weighted log-log slope in the legend; returns
+    (gains, errors, slope, slope SE)."""
+    g, e = curve.column(f"gain_sim{sfx}"), curve.column(f"gain_sim{sfx}_err")
+    slope, serr = _loglog_slope(L, g, e)
+    ax.errorbar(
+        L,
+        g,
+        yerr=e,
+        fmt=marker,
+        ms=ms,
+        capsize=2,
+        color=color,
+        mfc="none",
+        label=f"{label}: slope {slope:.2f} ± {serr:.2f}",
+    )
+    return g, e, slope, serr
+
+
 def _gain_setup(quick):
     if quick:
         return dict(Ls=[1, 2, 4], d=300, seeds=8, factors=(0.7, 1.0, 1.41))
@@ -474,19 +494,7 @@ def fig_gain(out_dir, quick):
             ),
         ]
         for rows, sfx, col, mk, lab, tag in series:
-            g, e = get(rows, f"gain_sim{sfx}"), get(rows, f"gain_sim{sfx}_err")
-            slope, serr = _loglog_slope(L_arr, g, e)
-            ax.errorbar(
-                L_arr,
-                g,
-                yerr=e,
-                fmt=mk,
-                ms=5,
-                capsize=2,
-                color=col,
-                mfc="none",
-                label=f"{lab}: slope {slope:.2f} ± {serr:.2f}",
-            )
+            g, e, slope, serr = _gain_series(ax, L_arr, rows, sfx, col, mk, lab)
             grid_txt = (
                 ("equal gamma=" + str(lr))
                 if tag == "equal"
