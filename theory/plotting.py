@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from theory.published import PAPERS as _PUBLISHED_PAPERS
+
 THEORY_STYLE = dict(lw=1.8)
 
-#: Where a reproduced figure comes from: the two papers, or ``beyond`` them (this package's own).
+#: Where a reproduced figure comes from: one of the two papers (:data:`theory.published.PAPERS`)
+#: or ``beyond`` them (this package's own checks and extensions).
 PAPERS = {
-    "cui2024": "Cui, Behrens, Krzakala, Zdeborová, positional vs semantic learning "
-    "(arXiv:2402.03902v2)",
-    "arnaboldi2025": "Arnaboldi, Loureiro, Stephan, Krzakala, Zdeborová, SGD in sequence "
-    "single-index models",
+    **_PUBLISHED_PAPERS,
     "beyond": "not in either paper: a check or extension of this package",
 }
 

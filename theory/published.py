@@ -20,7 +20,13 @@ from types import MappingProxyType
 
 __all__ = ["PUBLISHED", "Published", "published", "published_values"]
 
-PAPERS = ("cui2024", "arnaboldi2025")
+#: The two papers, by the key used throughout the package, with their citation.
+PAPERS = {
+    "cui2024": "Cui, Behrens, Krzakala, Zdeborová, positional vs semantic learning "
+    "(arXiv:2402.03902v2)",
+    "arnaboldi2025": "Arnaboldi, Loureiro, Stephan, Krzakala, Zdeborová, SGD in sequence "
+    "single-index models",
+}
 HOW = ("text", "code", "read")
 
 
@@ -42,7 +48,7 @@ class Published:
 
     def __post_init__(self):
         if self.paper not in PAPERS:
-            raise ValueError(f"paper must be one of {PAPERS}, got {self.paper!r}")
+            raise ValueError(f"paper must be one of {tuple(PAPERS)}, got {self.paper!r}")
         if self.how not in HOW:
             raise ValueError(f"how must be one of {HOW}, got {self.how!r}")
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -286,7 +292,7 @@ def published_values(
     """The records of ``paper`` (None: both) whose key starts with ``paper/prefix`` and whose
     quantity is ``quantity`` (None: any)."""
     if paper is not None and paper not in PAPERS:
-        raise ValueError(f"paper must be one of {PAPERS} or None, got {paper!r}")
+        raise ValueError(f"paper must be one of {tuple(PAPERS)} or None, got {paper!r}")
     return tuple(
         r
         for r in PUBLISHED

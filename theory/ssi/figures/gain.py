@@ -17,14 +17,21 @@ import numpy as np
 
 from theory import ssi
 from theory.plotting import reproduces
+from theory.published import published_values as _published_values
 from theory.ssi.figures.sgd import _fig, _gain_series, _loglog_slope, _save, _store, _workers
 
 __all__ = ["FIGURES", "PUBLISHED_FIG3_GAINS", "published_lr_tied"]
 
-#: Gains read off Fig. 3 of arnaboldi2025 for L = 1..7 (Σ_l He2(z_l)/√2, ReLU, d = 1000) and the
-#: protocol they come from: /work/shared/spec/published-numbers.md, "Fig. 3, tied vs untied".
-#: (To be replaced by ``theory.published`` once it exists.)
-PUBLISHED_FIG3_GAINS = (1.0, 2.5, 4.8, 6.6, 9.6, 13.6, 19.6)
+
+#: The gains read off the paper's Fig. 3 for L = 1..7 (from :mod:`theory.published`, where their
+#: source is recorded).
+def _by_L(record) -> int:
+    return int(record.params["L"])
+
+
+PUBLISHED_FIG3_GAINS = tuple(
+    r.value for r in sorted(_published_values("arnaboldi2025", "gain/fig3/"), key=_by_L)
+)
 PUBLISHED_FIG3_QUADRATIC = 0.4  # the figure's "best quadratic fit" ≈ 0.4 L^2
 PUBLISHED_LR_UNTIED = 2e-4
 PUBLISHED_T = 25_000_000  # steps per run
