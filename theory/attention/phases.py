@@ -22,6 +22,7 @@ from theory.attention.baseline import linear_baseline
 from theory.attention.params import ERMParams, as_params, check_alpha
 from theory.attention.quadrature import make_rule
 from theory.attention.solver import BRANCHES, WARM_EXTRAS, ERMResult, fixed_point
+from theory.attention.spinodal import ALPHA_MAX, check_alpha_max, spinodal
 from theory.results import Result
 from theory.solve import bracket, extrapolate, find_root, sweep
 
@@ -64,6 +65,8 @@ def point_row(r: ERMResult) -> dict:
 
 
 def _with_rule(fp_kwargs: dict) -> dict:
+    # continuation handles a branch's end itself: a decaying start is stopped, not followed
+    fp_kwargs.setdefault("when_absent", "stop")
     if "rule" not in fp_kwargs:
         fp_kwargs["rule"] = make_rule(
             fp_kwargs.pop("method", "split"), fp_kwargs.pop("nodes", None)
@@ -225,7 +228,9 @@ class TransitionResult(Result):
     """α_c (ε_t(semantic) = ε_t(positional)) and α_l (the global minimiser's ε_g = ε_g^lin),
     the baseline's ``eps_g_lin``, both branches' ε_g at α_c and their common ε_t there;
     ``alpha_l_branch``: where α_l lies ("positional" below α_c, "jump" at α_c, "semantic"
-    above)."""
+    above); ``alpha_spinodal_semantic`` / ``_positional``: where each branch begins
+    (:func:`~theory.attention.spinodal.spinodal`); ``alpha_max``: the end of the search
+    (status "no_transition" when positional wins up to there)."""
 
     omega: float
     alpha_c: float = math.nan
@@ -235,6 +240,9 @@ class TransitionResult(Result):
     eps_g_pos_at_alpha_c: float = math.nan
     eps_t_at_alpha_c: float = math.nan
     alpha_l_branch: str = ""
+    alpha_max: float = math.nan
+    alpha_spinodal_semantic: float = math.nan
+    alpha_spinodal_positional: float = math.nan
 
 
 def _eps_g_minus(r, b, eps_lin):
@@ -253,6 +261,8 @@ def transition(
     hint_l: float | None = None,
     starts: dict | None = None,
     step: float = 1.25,
+    alpha_max: float = ALPHA_MAX,
+    spinodals: bool = True,
     **fp_kwargs,
 ) -> TransitionResult:
     """α_c(ω) and α_l(ω) (docs/attention.md eq. 16-18).
@@ -268,9 +278,43 @@ def transition(
     or inside the semantic branch above α_c (``hint_l``: a guess; same bracket + Brent).
     ``status``: "converged", or "max_iter" when a bracket is missing (the message says which,
     and the field is nan).  ``metadata["solved"]`` counts the fixed points computed.
+
+    Bounded search: the semantic spinodal α_s is computed first; the adaptive bracket starts
+    at max(hint, 1.25 α_s) and stops at ``alpha_max`` (default 50).  When the semantic branch
+    does not exist below ``alpha_max``, or Δε_t stays positive up to there, the status is
+    "no_transition" ("positional is the global minimiser for all α ≤ α_max").
+    ``spinodals``: also compute the positional branch's spinodal (reported, not needed).
     """
     p = as_params(params)
+    alpha_max = check_alpha_max(alpha_max)
     fp_kwargs = _with_rule(fp_kwargs)
+    rule = fp_kwargs["rule"]
+    if alphas is None:
+        # the semantic branch exists above its spinodal: if a semantic start decays onto the
+        # trivial point at alpha_max, it exists nowhere below (one solve, bounded)
+        top = fixed_point(alpha_max, p, "semantic", **dict(fp_kwargs, max_iter=60))
+        if not (top.converged and top.branch == "semantic"):
+            why = (
+                "the semantic branch does not exist there (a semantic start decays onto the "
+                "trivial fixed point)"
+                if top.metadata.get("collapsed")
+                else f"the semantic fixed point at α_max was not found ({top.message})"
+            )
+            return TransitionResult(
+                omega=p.omega,
+                alpha_max=alpha_max,
+                eps_g_lin=linear_baseline(p),
+                status="no_transition",
+                message=f"positional is the global minimiser for all α ≤ α_max = "
+                f"{alpha_max:g}: {why}",
+                params=p.to_dict(),
+                metadata=dict(rule.describe(), semantic_at_alpha_max=top.status),
+            )
+    spin = {"semantic": spinodal(p, "semantic", alpha_max=alpha_max, hint=hint, rule=rule)}
+    if spinodals:
+        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
+    spin_fields = {f"alpha_spinodal_{b}": s.alpha_spinodal for b, s in spin.items() if s.converged}
+    spin_meta = {f"spinodal_{b}": s.message for b, s in spin.items()}
     solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
     bar = None
     if progress:
@@ -320,11 +364,21 @@ def transition(
         for a in grid:
             check_alpha(a)
     else:
-        grid = bracket(dE, float(hint) if hint else 1.0, sign_below=+1.0, step=step)
+        a0 = float(hint) if hint else 1.0
+        if spin["semantic"].converged:  # start where the semantic branch surely exists
+            a0 = max(a0, 1.25 * spin["semantic"].alpha_spinodal)
+        grid = bracket(dE, min(a0, alpha_max), sign_below=+1.0, step=step, hi=alpha_max)
     rc = find_root(dE, grid, xtol=xtol)
     alpha_c = rc.root
     eps_lin = linear_baseline(p)
-    out = dict(omega=p.omega, eps_g_lin=eps_lin)
+    out = dict(omega=p.omega, eps_g_lin=eps_lin, alpha_max=alpha_max, **spin_fields)
+    values = [v for _, v in rc.values]
+    no_transition = (
+        rc.status != "converged"
+        and values
+        and all(math.isfinite(v) and v > 0 for v in values[-2:])
+        and max(grid) >= alpha_max
+    )
     if rc.status == "converged":
         rs, rp = solve_at(alpha_c, "semantic"), solve_at(alpha_c, "positional")
         out.update(
@@ -361,6 +415,14 @@ def transition(
     if bar is not None:
         bar.close()
     status = "converged" if math.isfinite(alpha_c) and math.isfinite(alpha_l) else "max_iter"
+    if no_transition and alphas is None:
+        status, msgs = (
+            "no_transition",
+            [
+                f"positional is the global minimiser for all α ≤ α_max = {alpha_max:g} "
+                "(ε_t(semantic) > ε_t(positional) up to there)"
+            ],
+        )
     starts_out = (
         {
             b: {k: getattr(solve_at(alpha_c, b), k) for k in ("q", "m", "theta", "V")}
@@ -381,6 +443,7 @@ def transition(
             dE_evaluations=rc.values,
             solved=sum(len(v) for v in solved.values()),
             starts_at_alpha_c=starts_out,
+            **spin_meta,
         ),
         **out,
     )
@@ -439,6 +502,7 @@ def phase_diagram(
             if math.isfinite(l1) and math.isfinite(l2):
                 hint_l = math.exp(math.log(l2) + t_ * (math.log(l2) - math.log(l1)))
             step = 1.04
+        kw.setdefault("spinodals", False)
         t = transition(
             p.replace(omega=float(w)), hint=hint, hint_l=hint_l, starts=starts, step=step, **kw
         )
