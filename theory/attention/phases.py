@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from theory.attention.baseline import linear_baseline
 from theory.attention.params import ERMParams, as_params, check_alpha
-from theory.attention.quadrature import make_rule
+from theory.attention.quadrature import coarse_rule, make_rule
 from theory.attention.solver import BRANCHES, WARM_EXTRAS, ERMResult, fixed_point
 from theory.attention.spinodal import ALPHA_MAX, check_alpha_max, spinodal
 from theory.results import Result
@@ -245,6 +245,35 @@ class TransitionResult(Result):
     alpha_spinodal_positional: float = math.nan
 
 
+#: map-evaluation cap of the cheap-rule check of the semantic branch at alpha_max (per stage)
+TOP_MAX_ITER = 30
+
+
+def _semantic_at_alpha_max(p, alpha_max, fp_kwargs) -> TransitionResult | None:
+    """The semantic branch exists above its spinodal: a semantic start that decays onto the
+    trivial point at ``alpha_max`` means it exists nowhere below, and positional wins up to
+    there (status "no_transition").  One cold solve on the cheap rule, capped (bounded time);
+    None when the semantic fixed point is found there or the solve is undecided (the bracket
+    search, bounded by ``alpha_max``, goes on)."""
+    rule = fp_kwargs["rule"]
+    cheap = coarse_rule() if rule.method == "split" else rule
+    kw = dict(fp_kwargs, rule=cheap, coarse=False, max_iter=TOP_MAX_ITER, when_absent="stop")
+    top = fixed_point(alpha_max, p, "semantic", **kw)
+    if not top.metadata.get("collapsed"):
+        return None  # found, or neither found nor seen to decay: the bracket search decides
+    return TransitionResult(
+        status="no_transition",
+        message=f"positional is the global minimiser for all α ≤ α_max = {alpha_max:g}: "
+        "the semantic branch does not exist there (a semantic start decays onto the "
+        "trivial fixed point)",
+        omega=p.omega,
+        alpha_max=alpha_max,
+        eps_g_lin=linear_baseline(p),
+        params=p.to_dict(),
+        metadata=dict(rule.describe(), semantic_at_alpha_max=top.status),
+    )
+
+
 def _eps_g_minus(r, b, eps_lin):
     if not (r.converged and r.branch == b):
         return math.nan
@@ -290,26 +319,9 @@ def transition(
     fp_kwargs = _with_rule(fp_kwargs)
     rule = fp_kwargs["rule"]
     if alphas is None:
-        # the semantic branch exists above its spinodal: if a semantic start decays onto the
-        # trivial point at alpha_max, it exists nowhere below (one solve, bounded)
-        top = fixed_point(alpha_max, p, "semantic", **dict(fp_kwargs, max_iter=60))
-        if not (top.converged and top.branch == "semantic"):
-            why = (
-                "the semantic branch does not exist there (a semantic start decays onto the "
-                "trivial fixed point)"
-                if top.metadata.get("collapsed")
-                else f"the semantic fixed point at α_max was not found ({top.message})"
-            )
-            return TransitionResult(
-                omega=p.omega,
-                alpha_max=alpha_max,
-                eps_g_lin=linear_baseline(p),
-                status="no_transition",
-                message=f"positional is the global minimiser for all α ≤ α_max = "
-                f"{alpha_max:g}: {why}",
-                params=p.to_dict(),
-                metadata=dict(rule.describe(), semantic_at_alpha_max=top.status),
-            )
+        early = _semantic_at_alpha_max(p, alpha_max, fp_kwargs)
+        if early is not None:
+            return early
     spin = {"semantic": spinodal(p, "semantic", alpha_max=alpha_max, hint=hint, rule=rule)}
     if spinodals:
         spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)

@@ -9,9 +9,10 @@ block diagonal: the θ (or m) direction decouples and its eigenvalue is
     λ(α) = ∂F_θ/∂θ at θ = 0 = F_θ(θ = δ)/δ + O(δ²)     (F_θ is odd in θ).
 
 The branch bifurcates where λ(α) = 1, a pitchfork by that symmetry (|θ| is reported, so one
-branch leaves the trivial point).  :func:`spinodal` solves the trivial fixed point (warm-started
-along α) and finds that root by bracketing + Brent.  Where the pitchfork is supercritical
-(tested at ω = 0.3: θ² of the branch falls linearly to 0 at α_s) the branch exists exactly for
+branch leaves the trivial point).  :func:`spinodal` brackets that root on the cheap rule (the
+trivial fixed point warm-started along α), then refines it on the requested rule by a bordered
+Newton (:func:`_bordered`).  Where the pitchfork is supercritical (tested at ω = 0.3 by fitting
+the normal form α = α_s + a θ² + b θ⁴, a > 0, to the branch) the branch exists exactly for
 α > α_s; a subcritical pitchfork would extend the branch below α_s to a saddle-node, which this
 module does not locate.
 
