@@ -247,6 +247,9 @@ class TransitionResult(Result):
 
 #: map-evaluation cap of the cheap-rule check of the semantic branch at alpha_max (per stage)
 TOP_MAX_ITER = 30
+#: θ/σ² below this at the end of that check, unconverged, is a semantic start that decayed
+#: (at ω = 0.95, α = 20 θ/σ² falls to ~5e-5 while q, V wander: no semantic point there)
+DECAYED = 1e-3
 
 
 def _semantic_at_alpha_max(p, alpha_max, fp_kwargs) -> TransitionResult | None:
@@ -259,13 +262,16 @@ def _semantic_at_alpha_max(p, alpha_max, fp_kwargs) -> TransitionResult | None:
     cheap = coarse_rule() if rule.method == "split" else rule
     kw = dict(fp_kwargs, rule=cheap, coarse=False, max_iter=TOP_MAX_ITER, when_absent="stop")
     top = fixed_point(alpha_max, p, "semantic", **kw)
-    if not top.metadata.get("collapsed"):
+    th = top.theta_over_sigma2
+    decayed = top.metadata.get("collapsed") or (
+        not (top.converged and top.branch == "semantic") and math.isfinite(th) and th < DECAYED
+    )
+    if not decayed:
         return None  # found, or neither found nor seen to decay: the bracket search decides
     return TransitionResult(
         status="no_transition",
         message=f"positional is the global minimiser for all α ≤ α_max = {alpha_max:g}: "
-        "the semantic branch does not exist there (a semantic start decays onto the "
-        "trivial fixed point)",
+        "the semantic branch does not exist there (a semantic start decays to θ = 0)",
         omega=p.omega,
         alpha_max=alpha_max,
         eps_g_lin=linear_baseline(p),
@@ -299,19 +305,22 @@ def transition(
     Δε_t(α) = ε_t(semantic) - ε_t(positional) (> 0 below α_c) is bracketed, then its root is
     refined by Brent to ``xtol``.  Bracketing: on the grid ``alphas`` when given (first sign
     change), otherwise adaptively -- from ``hint`` (default 1) in geometric steps of ``step``
-    towards the sign change (α in [0.02, 50]).  Every fixed point is warm-started from the
-    nearest ones already solved on its branch (linear extrapolation in α), or from ``starts``
-    ({branch: dict(q, m, theta, V)}) for the first one -- how :func:`phase_diagram` carries the
-    solution from one ω to the next.  α_l: where the global minimiser's ε_g crosses ε_g^lin --
-    inside the positional branch below α_c, at α_c itself when the drop happens in the jump,
-    or inside the semantic branch above α_c (``hint_l``: a guess; same bracket + Brent).
+    towards the sign change (α in [0.02, ``alpha_max``]).  Every fixed point is warm-started
+    from the nearest ones already solved on its branch (linear extrapolation in α), or from
+    ``starts`` ({branch: dict(q, m, theta, V)}) for the first one -- how
+    :func:`phase_diagram` carries the solution from one ω to the next.  α_l: where the global
+    minimiser's ε_g crosses ε_g^lin -- inside the positional branch below α_c, at α_c itself
+    when the drop happens in the jump, or inside the semantic branch above α_c (``hint_l``: a
+    guess; same bracket + Brent).
     ``status``: "converged", or "max_iter" when a bracket is missing (the message says which,
     and the field is nan).  ``metadata["solved"]`` counts the fixed points computed.
 
-    Bounded search: the semantic spinodal α_s is computed first; the adaptive bracket starts
-    at max(hint, 1.25 α_s) and stops at ``alpha_max`` (default 50).  When the semantic branch
-    does not exist below ``alpha_max``, or Δε_t stays positive up to there, the status is
-    "no_transition" ("positional is the global minimiser for all α ≤ α_max").
+    Bounded search: first one capped cold semantic solve at ``alpha_max`` (default 20) on the
+    cheap rule -- if it decays to θ = 0 the semantic branch exists nowhere below (it begins
+    at its spinodal and exists above) and the answer is status "no_transition" ("positional
+    is the global minimiser for all α ≤ α_max"); then the semantic spinodal α_s, and the
+    adaptive bracket from max(hint, 1.25 α_s) up to ``alpha_max``; Δε_t still positive there
+    is "no_transition" too.
     ``spinodals``: also compute the positional branch's spinodal (reported, not needed).
     """
     p = as_params(params)

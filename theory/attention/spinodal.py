@@ -38,7 +38,7 @@ from theory.solve import bracket, extrapolate, find_root
 __all__ = ["ALPHA_MAX", "check_alpha_max", "SpinodalResult", "bifurcation_eigenvalue", "spinodal"]
 
 #: the largest α searched by default (spinodals and transitions)
-ALPHA_MAX = 50.0
+ALPHA_MAX = 20.0
 #: the smallest α searched
 ALPHA_MIN = 1e-3
 #: relative size of the finite difference δ of the eigenvalue (F is odd: error O(δ²) ~ 1e-6)
