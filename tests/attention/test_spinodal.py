@@ -119,3 +119,12 @@ def test_below_its_spinodal_the_semantic_start_reports_the_trivial_point(capsys)
     t = A.fixed_point(0.5691, P, "trivial")  # the trivial point solved directly
     assert d["q"] == pytest.approx(t.q, rel=1e-5) and d["V"] == pytest.approx(t.V, rel=1e-5)
     assert d["theta"] == 0.0 and d["m"] == 0.0
+
+
+@pytest.mark.slow
+def test_transition_without_a_semantic_branch_answers_no_transition():
+    # ω = 0.95: a semantic start decays to θ = 0 at α_max (one capped cheap solve, ~10 s CPU)
+    t = A.transition(A.ERMParams(omega=0.95), alpha_max=20.0)
+    assert t.status == "no_transition" and t.alpha_max == 20.0
+    assert "positional is the global minimiser for all α ≤ α_max" in t.message
+    assert np.isnan(t.alpha_c)

@@ -248,8 +248,9 @@ class TransitionResult(Result):
 #: map-evaluation cap of the cheap-rule check of the semantic branch at alpha_max (per stage)
 TOP_MAX_ITER = 30
 #: θ/σ² below this at the end of that check, unconverged, is a semantic start that decayed
-#: (at ω = 0.95, α = 20 θ/σ² falls to ~5e-5 while q, V wander: no semantic point there)
-DECAYED = 1e-3
+#: (at ω = 0.95, α = 20 θ/σ² falls geometrically from 0.28 to 2.4e-3 in the 90 capped cheap
+#: maps while q, V wander; a semantic branch well above its spinodal has θ/σ² ~ 0.1-1)
+DECAYED = 1e-2
 
 
 def _semantic_at_alpha_max(p, alpha_max, fp_kwargs) -> TransitionResult | None:
