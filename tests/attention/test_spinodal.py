@@ -128,3 +128,28 @@ def test_transition_without_a_semantic_branch_answers_no_transition():
     assert t.status == "no_transition" and t.alpha_max == 20.0
     assert "positional is the global minimiser for all α ≤ α_max" in t.message
     assert np.isnan(t.alpha_c)
+
+
+def test_m_zero_is_invariant_for_a_non_symmetric_A():
+    # why the semantic branch imposes m ≡ 0 for any A: at m = 0 the prox is odd under
+    # (ξ, η) → -(ξ, η) whatever A, so E[Σ s_ℓ g_ℓ] vanishes (checked without the quadrature's
+    # symmetry shortcuts, against its size ~1e-4 at m = 0.01; 1e-15 is rounding)
+    rule = A.make_rule("split", 4, n_r=8, n_phi=8, n_arc=2)
+    p = A.ERMParams(omega=0.15, A=((0.3, 0.7), (0.8, 0.2)))
+    from theory.attention.state_equations import channel
+
+    at0 = channel(0.0645, 0.0, 0.115, 13.16, p, rule, symmetry=False)
+    off = channel(0.0645, 0.01, 0.115, 13.16, p, rule, symmetry=False)
+    assert abs(off["sg"]) > 1e-5
+    assert abs(at0["sg"]) < 1e-15
+
+
+@pytest.mark.slow
+def test_a_non_symmetric_A_solves_in_as_many_maps_as_the_symmetric_one():
+    # measured: 17 map evaluations (A = [[0.3, 0.7], [0.8, 0.2]]) vs 15 (reference A); before
+    # m ≡ 0 was imposed, the four-unknown solve did not finish in 60 s
+    p = A.ERMParams(omega=0.15, A=((0.3, 0.7), (0.8, 0.2)))
+    r = A.fixed_point(1.5, p, "semantic")
+    s = A.fixed_point(1.5, A.ERMParams(omega=0.15), "semantic")
+    assert r.converged and r.branch == "semantic" and s.converged
+    assert r.iterations <= 1.5 * s.iterations

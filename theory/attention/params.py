@@ -58,7 +58,8 @@ class ERMParams:
 
     @property
     def swap_symmetric(self) -> bool:
-        """A_11 = A_22: then m = 0 is an exact invariant of the semantic branch."""
+        """A_11 = A_22: the ℓ_1 ↔ ℓ_2 swap (m → -m) is a symmetry (m = 0 is invariant for
+        any A)."""
         return abs(self.A[0][0] - self.A[1][1]) <= 1e-14
 
     def replace(self, **kw) -> ERMParams:

@@ -3,8 +3,8 @@
 :func:`fixed_point` solves the state map of :mod:`theory.attention.state_equations` with the
 two-fidelity solver of :mod:`theory.solve`: the cheap split rule ``SPLIT_COARSE`` supplies the
 start and the Jacobian, the requested rule polishes in a few evaluations.  A branch is an
-initialisation plus an exact invariant subspace (positional θ ≡ 0, semantic m ≡ 0 for
-A_11 = A_22, trivial both); the label of the result is read from the converged order
+initialisation plus an exact invariant subspace (positional θ ≡ 0, semantic m ≡ 0, trivial
+both); the label of the result is read from the converged order
 parameters.  A branch that collapses onto the trivial one is stopped early (status "diverged",
 ``metadata["collapsed"]``).
 """
@@ -119,7 +119,7 @@ class ERMResult(Result):
 def _enforce(branch, params, d):
     if branch == "positional" or branch == "trivial":
         d["theta"] = 0.0
-    if branch == "trivial" or (branch == "semantic" and params.swap_symmetric):
+    if branch == "trivial" or branch == "semantic":  # m ≡ 0 is invariant for any A
         d["m"] = 0.0
     return d
 
@@ -157,7 +157,9 @@ def fixed_point(
     """Solve the state equations (docs/attention.md §4) on one branch.
 
     ``branch`` picks the initialisation (``DEFAULT_INIT``) and the exact invariant subspace:
-    positional → θ ≡ 0 (exact: T is even in h*), semantic → m ≡ 0 (exact for A_11 = A_22),
+    positional → θ ≡ 0 (exact: T is even in h*), semantic → m ≡ 0 (exact for any A: at m = 0
+    the loss is even under (ξ, η) → -(ξ, η), so E[Σ s_ℓ g_ℓ] = 0; tested for A_11 ≠ A_22 --
+    imposing it keeps a non-symmetric A's semantic solve at three unknowns),
     trivial → θ ≡ m ≡ 0.  ``init`` overrides (q, m, theta, V) (warm start); a result (or a dict
     with the keys of ``WARM_EXTRAS``) also passes on its accurate-minus-cheap shift and cheap
     Jacobian.
@@ -222,8 +224,6 @@ def fixed_point(
         + (["m"] if x0["m"] != 0 or branch == "positional" else [])
         + (["theta"] if x0["theta"] != 0 or branch == "semantic" else [])
     )
-    if branch == "semantic" and not p.swap_symmetric:
-        keys = ["q", "V", "m", "theta"]
     guard_hits = [0]
 
     def make_F(rl):
@@ -299,7 +299,7 @@ def _absent(alpha, p, branch, kw, **more) -> ERMResult:
         if r.converged and r.branch == branch:
             r.metadata.update(alpha_spinodal=s.alpha_spinodal)
             return r
-    base = "trivial" if p.swap_symmetric else "positional"
+    base = "trivial"
     r = fixed_point(alpha, p, base, when_absent="stop", **kw, **more)
     if not r.converged:
         return dataclasses.replace(

@@ -16,9 +16,8 @@ the normal form α = α_s + a θ² + b θ⁴, a > 0, to the branch) the branch e
 α > α_s; a subcritical pitchfork would extend the branch below α_s to a saddle-node, which this
 module does not locate.
 
-For A_11 ≠ A_22 the semantic branch carries m ≠ 0 and leaves the θ = 0 fixed point with m
-free (the positional one); the positional branch is then not born in a bifurcation
-(status "no_spinodal").
+For A_11 ≠ A_22 (no m → -m symmetry) the positional branch's spinodal is not computed
+(status "no_spinodal"); the semantic one is (m ≡ 0 holds for any A).
 """
 
 from __future__ import annotations
@@ -79,8 +78,8 @@ def check_alpha_max(alpha_max) -> float:
 
 
 def _base_branch(p: ERMParams, branch: str) -> str | None:
-    if branch == "semantic":
-        return "trivial" if p.swap_symmetric else "positional"
+    if branch == "semantic":  # m ≡ 0 on the semantic branch for any A
+        return "trivial"
     return "trivial" if p.swap_symmetric else None
 
 
@@ -164,8 +163,8 @@ def spinodal(
     if base_branch is None:
         return SpinodalResult(
             status="no_spinodal",
-            message="A_11 ≠ A_22: the trivial point is not a fixed point and the positional "
-            "branch is not born in a bifurcation",
+            message="A_11 ≠ A_22: without the m → -m symmetry the positional branch's "
+            "spinodal is not computed",
             **common,
         )
     # the coarse rule brackets and locates the root (~10 times cheaper), the requested rule
