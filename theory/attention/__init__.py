@@ -10,9 +10,9 @@ low-rank dot-product attention layer, by empirical risk minimisation (docs/atten
 Modules, one role each: ``params`` (ERMParams), ``channel`` (the per-sample loss),
 ``proximal`` (its prox; numba kernels in ``_kernels``), ``quadrature`` (the rules; kernels in
 ``_quadrature_kernels``), ``state_equations`` (hats, ridge step, Φ), ``solver`` (fixed points
-on a branch), ``phases`` (curves, transition, phase diagram), ``baseline`` (the linear
-baseline), ``finite_d`` (data, gradient descent, GAMP and its state evolution), ``general``
-(any L, r, r_t), ``figures``.
+on a branch), ``spinodal`` (where a branch begins), ``phases`` (curves, transition, phase
+diagram), ``baseline`` (the linear baseline), ``finite_d`` (data, gradient descent, GAMP
+and its state evolution), ``general`` (any L, r, r_t), ``figures``.
 """
 
 from theory.attention.baseline import linear_baseline, linear_baseline_B
@@ -41,6 +41,7 @@ from theory.attention.phases import (
 from theory.attention.proximal import ProxResult, prox, prox_rows
 from theory.attention.quadrature import Rule, make_rule
 from theory.attention.solver import BRANCHES, ERMResult, fixed_point, label_branch
+from theory.attention.spinodal import SpinodalResult, bifurcation_eigenvalue, spinodal
 from theory.attention.state_equations import (
     free_energy,
     hats_from_channel,
@@ -60,9 +61,11 @@ __all__ = [
     "ProxResult",
     "Rule",
     "SEResult",
+    "SpinodalResult",
     "TrackingResult",
     "TransitionResult",
     "as_params",
+    "bifurcation_eigenvalue",
     "curve",
     "fixed_point",
     "free_energy",
@@ -83,6 +86,7 @@ __all__ = [
     "simulate_gd",
     "softmax_diag",
     "state_evolution",
+    "spinodal",
     "state_map",
     "teacher_diag",
     "tracking",

@@ -10,7 +10,7 @@ import numpy as np
 
 from theory._util import check_positive, check_row_stochastic, check_unit_interval
 
-__all__ = ["A_REFERENCE", "SIGNS", "ERMParams", "as_params", "check_alpha"]
+__all__ = ["ALPHA_SUPPORTED", "A_REFERENCE", "SIGNS", "ERMParams", "as_params", "check_alpha"]
 
 #: the reference teacher positional matrix
 A_REFERENCE = ((0.6, 0.4), (0.4, 0.6))
@@ -58,7 +58,8 @@ class ERMParams:
 
     @property
     def swap_symmetric(self) -> bool:
-        """A_11 = A_22: then m = 0 is an exact invariant of the semantic branch."""
+        """A_11 = A_22: the ℓ_1 ↔ ℓ_2 swap (m → -m) is a symmetry (m = 0 is invariant for
+        any A)."""
         return abs(self.A[0][0] - self.A[1][1]) <= 1e-14
 
     def replace(self, **kw) -> ERMParams:
@@ -94,5 +95,17 @@ def as_params(params: ERMParams | Mapping | None = None, **overrides) -> ERMPara
     return params.replace(**overrides) if overrides else params
 
 
+#: the largest sample ratio α the replica solver accepts (beyond, α·E[...] overflows the
+#: conjugates long before the fixed point is reached; the fixed points are smooth in log α and
+#: α = 1e4 is far into the regime where ε_g ~ 1/α)
+ALPHA_SUPPORTED = 1e4
+
+
 def check_alpha(alpha) -> float:
-    return check_positive("alpha (the sample ratio n/d)", alpha)
+    a = check_positive("alpha (the sample ratio n/d)", alpha)
+    if a > ALPHA_SUPPORTED:
+        raise ValueError(
+            f"alpha (the sample ratio n/d) must be at most {ALPHA_SUPPORTED:g} (the supported "
+            f"range of the replica solver), got {alpha!r}"
+        )
+    return a

@@ -20,8 +20,9 @@ from numpy.typing import ArrayLike
 
 from theory.attention.baseline import linear_baseline
 from theory.attention.params import ERMParams, as_params, check_alpha
-from theory.attention.quadrature import make_rule
+from theory.attention.quadrature import coarse_rule, make_rule
 from theory.attention.solver import BRANCHES, WARM_EXTRAS, ERMResult, fixed_point
+from theory.attention.spinodal import ALPHA_MAX, check_alpha_max, spinodal
 from theory.results import Result
 from theory.solve import bracket, extrapolate, find_root, sweep
 
@@ -64,6 +65,8 @@ def point_row(r: ERMResult) -> dict:
 
 
 def _with_rule(fp_kwargs: dict) -> dict:
+    # continuation handles a branch's end itself: a decaying start is stopped, not followed
+    fp_kwargs.setdefault("when_absent", "stop")
     if "rule" not in fp_kwargs:
         fp_kwargs["rule"] = make_rule(
             fp_kwargs.pop("method", "split"), fp_kwargs.pop("nodes", None)
@@ -225,7 +228,9 @@ class TransitionResult(Result):
     """α_c (ε_t(semantic) = ε_t(positional)) and α_l (the global minimiser's ε_g = ε_g^lin),
     the baseline's ``eps_g_lin``, both branches' ε_g at α_c and their common ε_t there;
     ``alpha_l_branch``: where α_l lies ("positional" below α_c, "jump" at α_c, "semantic"
-    above)."""
+    above); ``alpha_spinodal_semantic`` / ``_positional``: where each branch begins
+    (:func:`~theory.attention.spinodal.spinodal`); ``alpha_max``: the end of the search
+    (status "no_transition" when positional wins up to there)."""
 
     omega: float
     alpha_c: float = math.nan
@@ -235,6 +240,45 @@ class TransitionResult(Result):
     eps_g_pos_at_alpha_c: float = math.nan
     eps_t_at_alpha_c: float = math.nan
     alpha_l_branch: str = ""
+    alpha_max: float = math.nan
+    alpha_spinodal_semantic: float = math.nan
+    alpha_spinodal_positional: float = math.nan
+
+
+#: map-evaluation cap of the cheap-rule check of the semantic branch at alpha_max (per stage)
+TOP_MAX_ITER = 30
+#: θ/σ² below this at the end of that check, unconverged, is a semantic start that decayed
+#: (at ω = 0.95, α = 20 θ/σ² falls geometrically from 0.28 to 2.4e-3 in the 90 capped cheap
+#: maps while q, V wander; a semantic branch well above its spinodal has θ/σ² ~ 0.1-1)
+DECAYED = 1e-2
+
+
+def _semantic_at_alpha_max(p, alpha_max, fp_kwargs) -> TransitionResult | None:
+    """The semantic branch exists above its spinodal: a semantic start that decays onto the
+    trivial point at ``alpha_max`` means it exists nowhere below, and positional wins up to
+    there (status "no_transition").  One cold solve on the cheap rule, capped (bounded time);
+    None when the semantic fixed point is found there or the solve is undecided (the bracket
+    search, bounded by ``alpha_max``, goes on)."""
+    rule = fp_kwargs["rule"]
+    cheap = coarse_rule() if rule.method == "split" else rule
+    kw = dict(fp_kwargs, rule=cheap, coarse=False, max_iter=TOP_MAX_ITER, when_absent="stop")
+    top = fixed_point(alpha_max, p, "semantic", **kw)
+    th = top.theta_over_sigma2
+    decayed = top.metadata.get("collapsed") or (
+        not (top.converged and top.branch == "semantic") and math.isfinite(th) and th < DECAYED
+    )
+    if not decayed:
+        return None  # found, or neither found nor seen to decay: the bracket search decides
+    return TransitionResult(
+        status="no_transition",
+        message=f"positional is the global minimiser for all α ≤ α_max = {alpha_max:g}: "
+        "the semantic branch does not exist there (a semantic start decays to θ = 0)",
+        omega=p.omega,
+        alpha_max=alpha_max,
+        eps_g_lin=linear_baseline(p),
+        params=p.to_dict(),
+        metadata=dict(rule.describe(), semantic_at_alpha_max=top.status),
+    )
 
 
 def _eps_g_minus(r, b, eps_lin):
@@ -253,6 +297,8 @@ def transition(
     hint_l: float | None = None,
     starts: dict | None = None,
     step: float = 1.25,
+    alpha_max: float = ALPHA_MAX,
+    spinodals: bool = True,
     **fp_kwargs,
 ) -> TransitionResult:
     """α_c(ω) and α_l(ω) (docs/attention.md eq. 16-18).
@@ -260,17 +306,37 @@ def transition(
     Δε_t(α) = ε_t(semantic) - ε_t(positional) (> 0 below α_c) is bracketed, then its root is
     refined by Brent to ``xtol``.  Bracketing: on the grid ``alphas`` when given (first sign
     change), otherwise adaptively -- from ``hint`` (default 1) in geometric steps of ``step``
-    towards the sign change (α in [0.02, 50]).  Every fixed point is warm-started from the
-    nearest ones already solved on its branch (linear extrapolation in α), or from ``starts``
-    ({branch: dict(q, m, theta, V)}) for the first one -- how :func:`phase_diagram` carries the
-    solution from one ω to the next.  α_l: where the global minimiser's ε_g crosses ε_g^lin --
-    inside the positional branch below α_c, at α_c itself when the drop happens in the jump,
-    or inside the semantic branch above α_c (``hint_l``: a guess; same bracket + Brent).
+    towards the sign change (α in [0.02, ``alpha_max``]).  Every fixed point is warm-started
+    from the nearest ones already solved on its branch (linear extrapolation in α), or from
+    ``starts`` ({branch: dict(q, m, theta, V)}) for the first one -- how
+    :func:`phase_diagram` carries the solution from one ω to the next.  α_l: where the global
+    minimiser's ε_g crosses ε_g^lin -- inside the positional branch below α_c, at α_c itself
+    when the drop happens in the jump, or inside the semantic branch above α_c (``hint_l``: a
+    guess; same bracket + Brent).
     ``status``: "converged", or "max_iter" when a bracket is missing (the message says which,
     and the field is nan).  ``metadata["solved"]`` counts the fixed points computed.
+
+    Bounded search: first one capped cold semantic solve at ``alpha_max`` (default 20) on the
+    cheap rule -- if it decays to θ = 0 the semantic branch exists nowhere below (it begins
+    at its spinodal and exists above) and the answer is status "no_transition" ("positional
+    is the global minimiser for all α ≤ α_max"); then the semantic spinodal α_s, and the
+    adaptive bracket from max(hint, 1.25 α_s) up to ``alpha_max``; Δε_t still positive there
+    is "no_transition" too.
+    ``spinodals``: also compute the positional branch's spinodal (reported, not needed).
     """
     p = as_params(params)
+    alpha_max = check_alpha_max(alpha_max)
     fp_kwargs = _with_rule(fp_kwargs)
+    rule = fp_kwargs["rule"]
+    if alphas is None:
+        early = _semantic_at_alpha_max(p, alpha_max, fp_kwargs)
+        if early is not None:
+            return early
+    spin = {"semantic": spinodal(p, "semantic", alpha_max=alpha_max, hint=hint, rule=rule)}
+    if spinodals:
+        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
+    spin_fields = {f"alpha_spinodal_{b}": s.alpha_spinodal for b, s in spin.items() if s.converged}
+    spin_meta = {f"spinodal_{b}": s.message for b, s in spin.items()}
     solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
     bar = None
     if progress:
@@ -320,11 +386,21 @@ def transition(
         for a in grid:
             check_alpha(a)
     else:
-        grid = bracket(dE, float(hint) if hint else 1.0, sign_below=+1.0, step=step)
+        a0 = float(hint) if hint else 1.0
+        if spin["semantic"].converged:  # start where the semantic branch surely exists
+            a0 = max(a0, 1.25 * spin["semantic"].alpha_spinodal)
+        grid = bracket(dE, min(a0, alpha_max), sign_below=+1.0, step=step, hi=alpha_max)
     rc = find_root(dE, grid, xtol=xtol)
     alpha_c = rc.root
     eps_lin = linear_baseline(p)
-    out = dict(omega=p.omega, eps_g_lin=eps_lin)
+    out = dict(omega=p.omega, eps_g_lin=eps_lin, alpha_max=alpha_max, **spin_fields)
+    values = [v for _, v in rc.values]
+    no_transition = (
+        rc.status != "converged"
+        and values
+        and all(math.isfinite(v) and v > 0 for v in values[-2:])
+        and max(grid) >= alpha_max
+    )
     if rc.status == "converged":
         rs, rp = solve_at(alpha_c, "semantic"), solve_at(alpha_c, "positional")
         out.update(
@@ -361,6 +437,14 @@ def transition(
     if bar is not None:
         bar.close()
     status = "converged" if math.isfinite(alpha_c) and math.isfinite(alpha_l) else "max_iter"
+    if no_transition and alphas is None:
+        status, msgs = (
+            "no_transition",
+            [
+                f"positional is the global minimiser for all α ≤ α_max = {alpha_max:g} "
+                "(ε_t(semantic) > ε_t(positional) up to there)"
+            ],
+        )
     starts_out = (
         {
             b: {k: getattr(solve_at(alpha_c, b), k) for k in ("q", "m", "theta", "V")}
@@ -381,6 +465,7 @@ def transition(
             dE_evaluations=rc.values,
             solved=sum(len(v) for v in solved.values()),
             starts_at_alpha_c=starts_out,
+            **spin_meta,
         ),
         **out,
     )
@@ -439,6 +524,7 @@ def phase_diagram(
             if math.isfinite(l1) and math.isfinite(l2):
                 hint_l = math.exp(math.log(l2) + t_ * (math.log(l2) - math.log(l1)))
             step = 1.04
+        kw.setdefault("spinodals", False)
         t = transition(
             p.replace(omega=float(w)), hint=hint, hint_l=hint_l, starts=starts, step=step, **kw
         )

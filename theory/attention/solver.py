@@ -3,8 +3,8 @@
 :func:`fixed_point` solves the state map of :mod:`theory.attention.state_equations` with the
 two-fidelity solver of :mod:`theory.solve`: the cheap split rule ``SPLIT_COARSE`` supplies the
 start and the Jacobian, the requested rule polishes in a few evaluations.  A branch is an
-initialisation plus an exact invariant subspace (positional θ ≡ 0, semantic m ≡ 0 for
-A_11 = A_22, trivial both); the label of the result is read from the converged order
+initialisation plus an exact invariant subspace (positional θ ≡ 0, semantic m ≡ 0, trivial
+both); the label of the result is read from the converged order
 parameters.  A branch that collapses onto the trivial one is stopped early (status "diverged",
 ``metadata["collapsed"]``).
 """
@@ -44,13 +44,14 @@ __all__ = [
 BRANCHES = ("semantic", "positional", "trivial")
 
 #: cold-start initialisations (docs/attention.md §6).  The positional V is divided by √α (the
-#: positional V at the reference parameters is ≈ 16/√α for α in [0.5, 4]); from there the
+#: positional V at the reference parameters is ≈ 16/√α for α in [0.5, 4]), the trivial one by
+#: √(1 + α/5) (V = 1 makes λ + σ²V̂ negative at α ≳ 3); from there the
 #: quasi-Newton solve converges where the damped iteration, whose map has an eigenvalue ≈ -5
 #: in the m direction, needs many steps.
 DEFAULT_INIT = {
     "semantic": dict(q=0.9, m=0.0, theta=0.35, V=1.0),
     "positional": dict(q=0.05, m=0.25, theta=0.0, V=16.0),
-    "trivial": dict(q=0.05, m=0.0, theta=0.0, V=1.0),
+    "trivial": dict(q=0.05, m=0.0, theta=0.0, V=30.0),
 }
 
 #: what a converged result passes on to a warm-started neighbour (in ``metadata``): the
@@ -66,6 +67,8 @@ LABEL_TOL = 1e-6
 #: during the iteration, θ/σ² (semantic) or |m| (positional) below this and still decreasing
 #: means the branch collapsed onto the trivial one (status "diverged", message says so)
 COLLAPSE = 2e-2
+#: what :func:`fixed_point` does when its start decays onto the trivial point
+WHEN_ABSENT = ("flow", "stop", "off")
 
 
 def label_branch(m: float, theta: float, params: ERMParams | Mapping | None) -> str:
@@ -116,7 +119,7 @@ class ERMResult(Result):
 def _enforce(branch, params, d):
     if branch == "positional" or branch == "trivial":
         d["theta"] = 0.0
-    if branch == "trivial" or (branch == "semantic" and params.swap_symmetric):
+    if branch == "trivial" or branch == "semantic":  # m ≡ 0 is invariant for any A
         d["m"] = 0.0
     return d
 
@@ -149,11 +152,14 @@ def fixed_point(
     coarse: bool = True,
     keep_history: bool = False,
     diagnostics: bool = False,
+    when_absent: str = "flow",
 ) -> ERMResult:
     """Solve the state equations (docs/attention.md §4) on one branch.
 
     ``branch`` picks the initialisation (``DEFAULT_INIT``) and the exact invariant subspace:
-    positional → θ ≡ 0 (exact: T is even in h*), semantic → m ≡ 0 (exact for A_11 = A_22),
+    positional → θ ≡ 0 (exact: T is even in h*), semantic → m ≡ 0 (exact for any A: at m = 0
+    the loss is even under (ξ, η) → -(ξ, η), so E[Σ s_ℓ g_ℓ] = 0; tested for A_11 ≠ A_22 --
+    imposing it keeps a non-symmetric A's semantic solve at three unknowns),
     trivial → θ ≡ m ≡ 0.  ``init`` overrides (q, m, theta, V) (warm start); a result (or a dict
     with the keys of ``WARM_EXTRAS``) also passes on its accurate-minus-cheap shift and cheap
     Jacobian.
@@ -173,6 +179,15 @@ def fixed_point(
     prebuilt ``rule``.  ``diagnostics``: re-evaluate the channel at the final point with the
     prox Jacobians and put the derivative forms ``Vhat_jac``, ``thetahat_jac`` (docs/attention.md
     eq. 12) in ``metadata`` (one more map evaluation).
+
+    Branch existence (``when_absent``, docs/attention.md §6): a semantic or positional start
+    whose order parameter decays towards 0 is stopped early; then with ``"flow"`` (default) its
+    spinodal α_s is computed (:func:`~theory.attention.spinodal.spinodal`): below α_s the branch
+    does not exist and the result is the fixed point the iteration flows to (the trivial one:
+    status "converged", ``branch`` "trivial", ``init`` the requested branch, the message gives
+    α_s); above α_s the decay was the branch's small order parameter near its spinodal and the
+    branch is solved without the early stop.  ``"stop"``: return the stopped iteration (status
+    "diverged", ``metadata["collapsed"]``; what continuation uses).  ``"off"``: no early stop.
     """
     p = as_params(params)
     alpha = check_alpha(alpha)
@@ -182,11 +197,15 @@ def fixed_point(
         raise ValueError(f"accel must be 'newton', 'anderson' or 'none', got {accel!r}")
     if not 0.0 < mixing <= 1.0:
         raise ValueError(f"mixing must lie in (0, 1], got {mixing}")
+    if when_absent not in WHEN_ABSENT:
+        raise ValueError(f"when_absent must be one of {WHEN_ABSENT}, got {when_absent!r}")
     if rule is None:
         rule = make_rule(method, nodes, rng)
     x0 = dict(DEFAULT_INIT[branch])
     if branch == "positional":
         x0["V"] /= math.sqrt(alpha)
+    elif branch == "trivial":  # the trivial V is ≈ 30 at α ≲ 1, 24 at 3, 13 at 10 (ω = 0.6)
+        x0["V"] /= math.sqrt(1.0 + alpha / 5.0)
     shift = jac_prev = None
     if init is not None:
         extra = (init.metadata or {}) if isinstance(init, Result) else init
@@ -205,8 +224,6 @@ def fixed_point(
         + (["m"] if x0["m"] != 0 or branch == "positional" else [])
         + (["theta"] if x0["theta"] != 0 or branch == "semantic" else [])
     )
-    if branch == "semantic" and not p.swap_symmetric:
-        keys = ["q", "V", "m", "theta"]
     guard_hits = [0]
 
     def make_F(rl):
@@ -243,12 +260,15 @@ def fixed_point(
         tol=tol,
         mixing=mixing,
         max_iter=max_iter,
-        callbacks=(collapse,) if branch != "trivial" else (),
+        callbacks=(collapse,) if branch != "trivial" and when_absent != "off" else (),
         keep_history=keep_history,
     )
     res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
     if out.status == "diverged" and "collapsed onto the trivial" in (out.message or ""):
         res.metadata["collapsed"] = True
+        if when_absent == "flow":
+            kw = dict(mixing=mixing, tol=tol, max_iter=max_iter, rule=rule, accel=accel)
+            return _absent(alpha, p, branch, kw, coarse=coarse, diagnostics=diagnostics)
     meta = out.metadata
     if res.converged and "cheap_jacobian" in meta:
         J, scale = meta["cheap_jacobian"]
@@ -259,6 +279,42 @@ def fixed_point(
             k: float(getattr(res, k) * (1 if cheap_x[k] >= 0 else -1) - cheap_x[k]) for k in cheap_x
         }
     return res
+
+
+def _absent(alpha, p, branch, kw, **more) -> ERMResult:
+    """The start on ``branch`` decayed: where the branch exists (above its spinodal) solve it
+    without the early stop, otherwise report the fixed point the iteration flows to."""
+    import dataclasses
+
+    from theory.attention.spinodal import spinodal
+
+    s = spinodal(p, branch, hint=alpha, rule=kw["rule"])
+    where = (
+        f"its spinodal is α_s = {s.alpha_spinodal:.6g} ({s.kind}: it exists for α > α_s)"
+        if s.converged
+        else s.message
+    )
+    if s.converged and alpha > s.alpha_spinodal:
+        r = fixed_point(alpha, p, branch, when_absent="off", **kw, **more)
+        if r.converged and r.branch == branch:
+            r.metadata.update(alpha_spinodal=s.alpha_spinodal)
+            return r
+    base = "trivial"
+    r = fixed_point(alpha, p, base, when_absent="stop", **kw, **more)
+    if not r.converged:
+        return dataclasses.replace(
+            r,
+            init=branch,
+            message=f"the {branch} branch does not exist at α = {alpha:g} ({where}); "
+            f"the {base} fixed point it flows to was not found either: {r.message}",
+        )
+    r.metadata.update(alpha_spinodal=s.alpha_spinodal, requested_branch=branch)
+    return dataclasses.replace(
+        r,
+        init=branch,
+        message=f"the {branch} branch does not exist at α = {alpha:g}: {where}; the iteration "
+        f"flows to the {r.branch} fixed point, reported here",
+    )
 
 
 def _result_from(alpha, p, branch, out, rule, tol, guard_hits, diagnostics=False) -> ERMResult:

@@ -48,6 +48,18 @@ def _model_args(p, *, omega=True):
     )
 
 
+def _alpha_max_arg(p):
+    from theory.attention.spinodal import ALPHA_MAX
+
+    p.add_argument(
+        "--alpha-max",
+        type=float,
+        default=ALPHA_MAX,
+        help=f"search α up to this value (default {ALPHA_MAX:g}); none below it: status "
+        "no_transition / no_spinodal",
+    )
+
+
 def _quad_args(p):
     p.add_argument(
         "--method",
@@ -171,6 +183,8 @@ def cmd_fixed_point(args):
         message=r.message,
         quadrature=_rule(args).describe(),
     )
+    if "alpha_spinodal" in r.metadata:  # the requested branch ended: where it begins
+        payload["alpha_spinodal"] = r.metadata["alpha_spinodal"]
     text = "\n".join(f"{k}: {v}" for k, v in payload.items())
     emit(args, payload, text)
     return 0 if r.converged else 1
@@ -270,21 +284,52 @@ def cmd_transition(args):
     kw = _fp_kwargs(args)
     if args.alphas:
         kw["alphas"] = parse_range(args.alphas)
-    t = transition(p, progress=not args.json and not args.no_progress, **kw)
-    payload = dict(
-        omega=t.omega,
-        alpha_c=t.alpha_c,
-        alpha_l=t.alpha_l,
-        eps_g_lin=t.eps_g_lin,
-        eps_g_sem_at_alpha_c=t.eps_g_sem_at_alpha_c,
-        eps_g_pos_at_alpha_c=t.eps_g_pos_at_alpha_c,
-        eps_t_at_alpha_c=t.eps_t_at_alpha_c,
-        alpha_l_branch=t.alpha_l_branch,
-        status=t.status,
-        message=t.message,
+    t = transition(
+        p, progress=not args.json and not args.no_progress, alpha_max=args.alpha_max, **kw
     )
-    emit(args, payload)
-    return 0 if t.status == "converged" else 1
+    return _emit_result(args, t, TRANSITION_FIELDS, "no_transition")
+
+
+TRANSITION_FIELDS = (
+    "omega",
+    "alpha_c",
+    "alpha_l",
+    "alpha_spinodal_semantic",
+    "alpha_spinodal_positional",
+    "alpha_max",
+    "eps_g_lin",
+    "eps_g_sem_at_alpha_c",
+    "eps_g_pos_at_alpha_c",
+    "eps_t_at_alpha_c",
+    "alpha_l_branch",
+    "status",
+    "message",
+)
+SPINODAL_FIELDS = (
+    "omega",
+    "branch",
+    "alpha_spinodal",
+    "kind",
+    "base",
+    "alpha_max",
+    "status",
+    "message",
+)
+
+
+def _emit_result(args, res, fields, answer_status):
+    """Emit the ``fields`` of a result; exit 0 when it converged or gave the answer that there
+    is none (``answer_status``), 1 otherwise."""
+    emit(args, {k: getattr(res, k) for k in fields})
+    return 0 if res.status in ("converged", answer_status) else 1
+
+
+def cmd_spinodal(args):
+    from theory.attention import spinodal
+
+    p = _params(args)
+    s = spinodal(p, args.branch, alpha_max=args.alpha_max, rule=_rule(args))
+    return _emit_result(args, s, SPINODAL_FIELDS, "no_spinodal")
 
 
 PD_COLUMNS = ("omega", "alpha_c", "alpha_l", "eps_g_lin", "alpha_l_branch", "status", "message")
@@ -527,8 +572,26 @@ def register(subparsers):
         help="bracketing grid START:STOP:N or a,b,c (default: adaptive, "
         "geometric steps of 1.25 from α = 1)",
     )
+    _alpha_max_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _theory_tail(p, cmd_transition)
+
+    p = sub.add_parser(
+        "spinodal",
+        help="where a branch begins: the α at which it leaves the trivial fixed point",
+        description="The spinodal α_s of the semantic (or positional) branch: the α where "
+        "the trivial fixed point's eigenvalue in the θ (m) direction crosses 1, a pitchfork; "
+        "the branch exists above it.",
+    )
+    _model_args(p)
+    p.add_argument(
+        "--branch",
+        default="semantic",
+        choices=("semantic", "positional"),
+        help="the branch (default semantic)",
+    )
+    _alpha_max_arg(p)
+    _theory_tail(p, cmd_spinodal)
 
     p = sub.add_parser(
         "phase-diagram",
