@@ -305,6 +305,7 @@ def gd_check(alpha, omega, d, seed, *, params: ERMParams = PARAMS, store=None) -
 )
 def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     from theory.attention.figures import published as pub
+    from theory.attention.figures.heatmap import legend_below
 
     use_agg()
     import matplotlib.pyplot as plt
@@ -339,7 +340,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
         init: [r for r in pub.GD_OMEGA03 if r[1] == init] for init in ("positional", "semantic")
     }
 
-    fig, axes = plt.subplots(1, 3, figsize=(15.5, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15.5, 6.2))
     ms = dict(fmt="o", capsize=2, ms=4.5, elinewidth=1)
 
     def end_marker(ax):
@@ -357,7 +358,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     _vlines(ax, th)
     end_marker(ax)
     ax.set_ylabel(r"$\Delta\varepsilon_t = \varepsilon_t^{sem} - \varepsilon_t^{pos}$")
-    ax.legend(fontsize=7, loc="lower left")
+    legend_below(ax)
 
     ax = axes[1]
     for branch, key, c, name in (
@@ -388,7 +389,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     _vlines(ax, th)
     end_marker(ax)
     ax.set_ylabel(r"overlap ($\theta/\sigma^2$ semantic, $m$ positional)")
-    ax.legend(fontsize=6.5, loc="upper left")
+    legend_below(ax)
 
     ax = axes[2]
     for branch, c in (("positional", "C2"), ("semantic", "C1")):
@@ -429,7 +430,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     _vlines(ax, th)
     end_marker(ax)
     ax.set_ylabel(r"$\varepsilon_g = E\|f(X)-y(X)\|_F^2/(2d)$")
-    ax.legend(fontsize=6.5, loc="upper right")
+    legend_below(ax)
     for ax in axes:
         ax.set_xlim(0, alphas_sim[-1] * 1.02)
         ax.set_xlabel(r"$\alpha = n/d$")
@@ -678,6 +679,7 @@ def _draw_global(ax, th, color, label, scale=1.0):
 )
 def fig_slices(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
+    from theory.attention.figures.heatmap import legend_below
 
     use_agg()
     import matplotlib.pyplot as plt
@@ -692,7 +694,7 @@ def fig_slices(out_dir: Path, quick: bool) -> dict:
         d, seeds, alphas_sim = 1000, [0, 1], list(np.linspace(a0, a1, na))
         alphas_th = list(np.linspace(0.1, 2.0, 20))
     sim_store, th_store = Store(out_dir / SIM_STORE), Store(out_dir / THEORY_STORE)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.6))
     numbers = []
     ms = dict(fmt="o", capsize=2, ms=4, elinewidth=1)
     for ax, (name, values) in zip(axes, SLICES):
@@ -735,7 +737,7 @@ def fig_slices(out_dir: Path, quick: bool) -> dict:
         ax.set_ylabel(r"$\varepsilon_g/\sigma^2$" if name == "sigma" else r"$\varepsilon_g$")
         if name == "lam":
             ax.set_yscale("log")
-        ax.legend(fontsize=6.5, ncol=2, loc="upper right")
+        legend_below(ax)
         fixed = dict(omega="ω = 0.3" if name != "omega" else "", sigma="σ = 0.5", lam="λ = 0.01")
         rest = ", ".join(t for k, t in fixed.items() if k != name and t)
         ax.set_title(rf"${_SYMBOL[name]}$ varied ({rest}); dotted: linear baseline", fontsize=9)
