@@ -51,3 +51,31 @@ def test_linear_baseline_fit_is_the_minimiser_of_its_ridge_risk():
     # the risk is a convex quadratic: both reach the unique minimiser; 1e-5 = BFGS's accuracy
     np.testing.assert_allclose(B, res.x.reshape(2, 2), atol=1e-5)
     assert linear_risk(B, pr.train, lam_b) <= res.fun + 1e-12
+
+
+def test_power_law_fit_recovers_an_exact_power_law_and_a_noisy_one():
+    from theory.attention.figures.stats import power_law_fit
+
+    d = np.array([10, 23, 56, 135, 323, 500.0])
+    f = power_law_fit(d, 0.3 * d**-0.5)
+    assert f["b"] == pytest.approx(-0.5, abs=1e-12)  # exact data: exact exponent
+    assert f["c"] == pytest.approx(0.3, rel=1e-12)
+    rng = np.random.default_rng(1)
+    err = 0.05 * 0.3 * d**-0.5  # 5 % relative errors
+    b = [
+        power_law_fit(d, 0.3 * d**-0.5 + err * rng.standard_normal(6), err)["b"] for _ in range(400)
+    ]
+    f = power_law_fit(d, 0.3 * d**-0.5, err)
+    # the fit's b_err is the spread of b over noisy repetitions (400 draws: ~4 % sampling error)
+    assert np.std(b) == pytest.approx(f["b_err"], rel=0.15)
+    assert np.mean(b) == pytest.approx(-0.5, abs=4 * f["b_err"] / np.sqrt(400) + 2e-3)
+
+
+def test_spread_is_the_sample_std_with_its_gaussian_error():
+    from theory.attention.figures.stats import spread
+
+    s, e = spread([1.0, 2.0, 3.0, 4.0])
+    assert s == pytest.approx(np.sqrt(5 / 3))  # sum of squared deviations 5, ddof 1
+    assert e == pytest.approx(np.sqrt(5 / 3) / np.sqrt(6))
+    with pytest.raises(ValueError, match="at least 2"):
+        spread([1.0])

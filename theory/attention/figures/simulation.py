@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from theory._util import atomic_savefig
 from theory.attention.baseline import linear_baseline
 from theory.attention.figures import finish_figure
 from theory.attention.figures.linear import fig_linear_baseline
@@ -41,6 +40,7 @@ from theory.store import Store
 #: the figures' model (σ = 0.5, λ = 0.01, A = [[0.6, 0.4], [0.4, 0.6]])
 PARAMS = ERMParams()
 SIM_STORE = "erm-sims.jsonl"
+INIT_PAIR = ("semantic", "positional")
 THEORY_STORE = "erm-theory.jsonl"
 
 
@@ -752,40 +752,14 @@ def fig_slices(out_dir: Path, quick: bool) -> dict:
     return dict(files=[str(path)], numbers=numbers)
 
 
-@reproduces(
-    "cui2024",
-    "App. finite-size",
-    "eps_g of both branches vs d at alpha = 2, omega = 0.3, extrapolated to d -> infinity",
-    ["erm-d-scaling.png"],
-)
-def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=2.0, theory_nodes=None) -> dict:
-    use_agg()
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    t0 = time.perf_counter()
-    if quick:
-        ds, seeds = [100, 200, 400], [0, 1, 2]
-    else:
-        ds, seeds = [250, 500, 1000, 2000], list(range(5))
-    params = PARAMS.replace(omega=omega)
-    pts = [
-        (alpha, omega, d, s, init) for d in ds for s in seeds for init in ("positional", "semantic")
-    ]
-    rows = run_sims(pts, params, store=Store(out_dir / SIM_STORE), desc="erm-d-scaling")
-    rule = make_rule("split", theory_nodes) if theory_nodes is not None else make_rule()
-    store = Store(out_dir / THEORY_STORE)
-    th = {}
+def branch_fixed_points(alpha, params: ERMParams, *, store: Store | None = None) -> dict:
+    """The theory's semantic and positional fixed points at ``alpha`` (rows, by branch), kept
+    in ``store``; a point that does not converge on its branch raises."""
+    store = Store(None) if store is None else store
+    rule = make_rule()
+    out = {}
     for branch in ("semantic", "positional"):
-        key = dict(
-            kind="fixed_point",
-            alpha=alpha,
-            omega=omega,
-            branch=branch,
-            sigma=params.sigma,
-            lam=params.lam,
-            rule=rule.describe(),
-        )
+        key = dict(_theory_tag(params, rule), kind="fixed_point", alpha=alpha, branch=branch)
         row = store.get(key)
         if row is None:
             row = store.put(key, fixed_point(alpha, params, branch, rule=rule).row())
@@ -794,61 +768,138 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=2.0, theory_no
                 f"the {branch} fixed point at alpha = {alpha} did not converge "
                 f"on its branch: {row['status']} {row['message']}"
             )
-        th[branch] = row["eps_g"]
-    fig, ax = plt.subplots(figsize=(6.2, 4.5))
-    numbers = [
-        dict(
-            name="erm_d_scaling_wall_s",
-            value=time.perf_counter() - t0,
-            how="wall time of this figure",
-        )
+        out[branch] = row
+    return out
+
+
+@reproduces(
+    "cui2024",
+    "App. finite-size",
+    "concentration at alpha = 1.5, omega = 0.3: theta, m and eps_g of every run vs d = 10..500 "
+    "from both inits, their spread across runs and its fitted d-scaling, theory lines",
+    ["erm-d-scaling.png"],
+)
+def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=1.5) -> dict:
+    from theory.attention.figures.heatmap import legend_below
+    from theory.attention.figures.stats import power_law_fit, spread
+
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    ds_pub = [10, 15, 23, 36, 56, 87, 135, 209, 323, 500]  # the authors' d
+    if quick:
+        ds, seeds = [10, 23, 56, 135, 323], list(range(12))
+    else:  # the published d and 60 runs per (d, init) (the authors: up to 70)
+        ds, seeds = ds_pub + [1000], list(range(60))
+    params = PARAMS.replace(omega=omega)
+    pts = [(alpha, omega, d, s, init) for d in ds for s in seeds for init in INIT_PAIR]
+    rows = [
+        r
+        for r in run_sims(pts, params, store=Store(out_dir / SIM_STORE), desc="erm-d-scaling")
+        if r["status"] == "converged"
     ]
-    for branch, c in (("semantic", "C0"), ("positional", "C1")):
-        sub = [dict(r, inv_d=1.0 / r["d"]) for r in rows if r["init"] == branch]
-        xs, mu, se = _sim_stats(sub, "inv_d", "eps_g")
-        ax.errorbar(
-            xs,
-            mu,
-            yerr=se,
-            fmt="o",
-            color=c,
-            capsize=2.5,
-            ms=4,
-            label=f"{branch} init, simulation ({len(seeds)} seeds)",
-        )
-        ax.plot([0], [th[branch]], "*", color=c, ms=12, label=f"{branch} branch, theory")
-        if len(xs) >= 2:  # linear extrapolation in 1/d of the simulation means
-            w = 1 / np.maximum(se, 1e-12) ** 2
-            coef = np.polyfit(xs, mu, 1, w=np.sqrt(w))
-            xx = np.linspace(0, xs.max(), 20)
-            ax.plot(xx, np.polyval(coef, xx), "--", color=c, lw=1, label="fit a + b/d (simulation)")
-            numbers.append(
-                dict(
-                    name=f"eps_g {branch} extrapolated d->inf",
-                    value=coef[1],
-                    how=f"weighted linear fit in 1/d of d={ds}, {len(seeds)} "
-                    f"seeds, alpha={alpha}, omega={omega}",
-                )
-            )
-            numbers.append(
-                dict(
-                    name=f"eps_g {branch} theory",
-                    value=th[branch],
-                    how="replica fixed point, theory.attention.fixed_point",
-                )
-            )
-    ax.set_xlabel(r"$1/d$")
-    ax.set_ylabel(r"$\varepsilon_g$ (fresh samples, $/2d$)")
-    ax.set_xlim(left=-0.0005)
-    ax.legend(fontsize=7)
-    ax.set_title(
-        rf"d-scaling at $\alpha$={alpha}, $\omega$={omega}, $\sigma$={params.sigma}, "
-        rf"$\lambda$={params.lam}: simulation $\to$ theory",
-        fontsize=9,
+    th = branch_fixed_points(alpha, params, store=Store(out_dir / THEORY_STORE))
+    fields = (
+        ("theta_over_sigma2", r"$|\theta|/\sigma^2$"),
+        ("m", r"$|m|$"),
+        ("eps_g", r"$\varepsilon_g$"),
     )
-    fig.tight_layout()
-    path = atomic_savefig(fig, out_dir / "erm-d-scaling.png", dpi=120)
-    plt.close(fig)
+    fig, axes = plt.subplots(1, 4, figsize=(18, 5.6))
+    rng = np.random.default_rng(0)  # horizontal jitter of the run markers only
+    numbers = []
+    colours = dict(semantic="C1", positional="C2")
+    for ax, (key, name) in zip(axes[:3], fields):
+        for init, c in colours.items():
+            sub = [r for r in rows if r["init"] == init]
+            x = np.array([r["d"] for r in sub], float)
+            ax.scatter(
+                x * np.exp(0.06 * rng.standard_normal(x.size)),
+                [r[key] for r in sub],
+                s=8,
+                color=c,
+                alpha=0.35,
+                lw=0,
+                label=f"{init} init: runs",
+            )
+            xs, mu, _ = _sim_stats(sub, "d", key)
+            sd = np.array([spread([r[key] for r in sub if r["d"] == d])[0] for d in xs])
+            ax.errorbar(
+                xs,
+                mu,
+                yerr=sd,
+                fmt="o-",
+                ms=4,
+                lw=1,
+                capsize=3,
+                color=c,
+                label=f"{init} init: mean ± std",
+            )
+            ax.axhline(th[init][key], color=c, ls="--", lw=1.2, label=f"{init} branch, theory")
+        ax.set_xscale("log")
+        ax.set_xlabel("d")
+        ax.set_ylabel(name)
+        legend_below(ax)
+    ax = axes[3]
+    for init, c in colours.items():
+        for key, mk in (("eps_g", "o"), ("theta_over_sigma2", "s"), ("m", "^")):
+            sub = [r for r in rows if r["init"] == init]
+            xs = np.array(sorted({r["d"] for r in sub}), float)
+            sp = np.array([spread([r[key] for r in sub if r["d"] == d]) for d in xs])
+            ref = abs(th[init][key])
+            rel = sp / ref if ref > 1e-9 else sp  # absolute where the theory's value is 0
+            ax.errorbar(
+                xs,
+                rel[:, 0],
+                yerr=rel[:, 1],
+                fmt=mk,
+                ms=4,
+                capsize=2,
+                color=c,
+                mfc="none" if key != "eps_g" else c,
+                label=f"{dict(fields)[key]}, {init} init",
+            )
+            big = xs >= 30
+            if big.sum() >= 3 and np.all((rel[big, 0] > 0) & np.isfinite(rel[big, 0])):
+                f = power_law_fit(xs[big], rel[big, 0], rel[big, 1])
+                xx = np.array([xs[big][0], xs[big][-1]])
+                ax.plot(xx, f["c"] * xx ** f["b"], "-", color=c, lw=0.8)
+                numbers.append(
+                    dict(
+                        name=f"spread exponent of {key}, {init} init (alpha={alpha})",
+                        value=f["b"],
+                        how=f"+- {f['b_err']:.2g}: std across {len(seeds)} runs ~ c d^b, "
+                        f"weighted log-log fit over d = {[int(v) for v in xs[big]]} "
+                        f"(chi2/dof {f['chi2_dof']:.2g}); 1/sqrt(d) concentration is b = -0.5",
+                    )
+                )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("d")
+    ax.set_ylabel("std across runs / |theory| (absolute where theory = 0)")
+    legend_below(ax)
+    for init in INIT_PAIR:
+        sub = [r for r in rows if r["init"] == init and r["d"] == max(ds)]
+        for key in ("eps_g", "theta_over_sigma2", "m"):
+            v = [r[key] for r in sub]
+            numbers.append(
+                dict(
+                    name=f"{key} {init} init, d={max(ds)} (alpha={alpha})",
+                    value=float(np.mean(v)),
+                    how=f"mean of {len(v)} L-BFGS runs, std {np.std(v, ddof=1):.2g}; "
+                    f"theory {th[init][key]:.4g}",
+                )
+            )
+    path = finish_figure(
+        fig,
+        out_dir / "erm-d-scaling.png",
+        rf"finite-size concentration at $\alpha$={alpha}, $\omega$={omega}, "
+        rf"$\sigma$={params.sigma}, $\lambda$={params.lam}: L-BFGS minimisers from Q=Q* "
+        rf"(semantic) and Q=1/$\sqrt{{d}}$ (positional), {len(seeds)} runs per d; dashed: "
+        "replica fixed points; right: spread across runs with fits c d^b (d >= 30)",
+    )
+    numbers.insert(0, dict(name="erm_d_scaling_wall_s", value=time.perf_counter() - t0, how="wall"))
     return dict(files=[str(path)], numbers=numbers)
 
 
