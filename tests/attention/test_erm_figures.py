@@ -79,3 +79,16 @@ def test_spread_is_the_sample_std_with_its_gaussian_error():
     assert e == pytest.approx(np.sqrt(5 / 3) / np.sqrt(6))
     with pytest.raises(ValueError, match="at least 2"):
         spread([1.0])
+
+
+def test_adam_reaches_the_lbfgs_minimiser_of_a_small_instance():
+    # independent route: L-BFGS (scipy) from the same point; the risk near Q* is locally convex
+    from theory.attention import ERMParams, make_problem, simulate_gd
+    from theory.attention.figures.adam import adam
+
+    pr = make_problem(2.0, ERMParams(omega=0.3), 20, 0, n_test=10)
+    ref = simulate_gd(2.0, init="semantic", method="lbfgs", problem=pr, tol=1e-9)
+    Q = adam(pr.teacher.qstar, pr.train, pr.params.lam, lr=0.01, steps=4000)
+    th = abs(pr.teacher.qstar @ Q) / 20
+    # Adam with a fixed lr hovers within ~lr of the minimum: 2 % on the overlap
+    assert th == pytest.approx(ref.theta_over_sigma2, rel=0.02)

@@ -903,10 +903,113 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=1.5) -> dict:
     return dict(files=[str(path)], numbers=numbers)
 
 
+@reproduces(
+    "cui2024",
+    "App. (initialisations)",
+    "(m/sigma^2, theta/sigma^2) of the minimisers reached from positional, semantic and random "
+    "inits at alpha = 2, omega = 0.3 (GD at d = 1000, Adam from random init at d = 100), "
+    "with the two theory fixed points",
+    ["erm-inits.png"],
+)
+def fig_inits(out_dir: Path, quick: bool, *, alpha=2.0, omega=0.3) -> dict:
+    from theory.attention.figures.adam import simulate_adam
+    from theory.attention.figures.heatmap import legend_below
+    from theory.attention.figures.published import ADAM_PROTOCOL
+
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    if quick:
+        d, seeds, d_adam, n_adam = 200, list(range(5)), 100, 20
+    else:  # GD minimisers at d = 1000, 20 seeds per init; Adam at d = 100, 140 runs
+        d, seeds, d_adam, n_adam = 1000, list(range(20)), 100, 140
+    params = PARAMS.replace(omega=omega)
+    s2 = params.s2
+    pts = [(alpha, omega, d, s, init) for s in seeds for init in (*INIT_PAIR, "random")]
+    rows = run_sims(pts, params, store=Store(out_dir / SIM_STORE), desc="erm-inits")
+    astore = Store(out_dir / "erm-adam.jsonl")
+    arows = []
+    for s in range(n_adam):
+        key = dict(kind="adam", alpha=alpha, omega=omega, d=d_adam, seed=s, **ADAM_PROTOCOL)
+        row = astore.get(key)
+        if row is None:
+            pr = make_problem(alpha, params, d_adam, s, n_test=2000)
+            row = astore.put(key, simulate_adam(pr, **ADAM_PROTOCOL))
+        arows.append(row)
+    th = branch_fixed_points(alpha, params, store=Store(out_dir / THEORY_STORE))
+    fig, ax = plt.subplots(figsize=(7.5, 6.4))
+    styles = dict(
+        positional=("C2", "s", f"positional init Q=1/sqrt(d), L-BFGS, d={d}"),
+        semantic=("C1", "o", f"semantic init Q=Q*, L-BFGS, d={d}"),
+        random=("C0", "^", f"random init 0.1 N(0,1), L-BFGS, d={d}"),
+    )
+    for init, (c, mk, lab) in styles.items():
+        sub = [r for r in rows if r["init"] == init]
+        ax.scatter(
+            [r["m"] / s2 for r in sub],
+            [r["theta_over_sigma2"] for r in sub],
+            color=c,
+            marker=mk,
+            s=28,
+            alpha=0.7,
+            label=f"{lab} ({len(sub)})",
+        )
+    ax.scatter(
+        [r["m"] / s2 for r in arows],
+        [r["theta_over_sigma2"] for r in arows],
+        facecolors="none",
+        edgecolors="k",
+        marker="o",
+        s=18,
+        lw=0.7,
+        alpha=0.6,
+        label=f"random init, Adam (lr 0.01, 2500 steps), d={d_adam} ({len(arows)})",
+    )
+    for b, mk in (("semantic", "*"), ("positional", "P")):
+        ax.plot(
+            th[b]["m"] / s2,
+            th[b]["theta_over_sigma2"],
+            mk,
+            color="r",
+            ms=16,
+            mec="k",
+            label=f"{b} fixed point (theory), eps_t = {th[b]['eps_t']:.4g}",
+        )
+    ax.set_xlabel(r"$|m|/\sigma^2$")
+    ax.set_ylabel(r"$|\theta|/\sigma^2$")
+    legend_below(ax, ncol=1)
+    numbers = [dict(name="erm_inits_wall_s", value=time.perf_counter() - t0, how="wall")]
+    for name, sub in (
+        (f"random init L-BFGS d={d}", [r for r in rows if r["init"] == "random"]),
+        (f"random init Adam d={d_adam}", arows),
+    ):
+        sem = [r for r in sub if r["theta_over_sigma2"] > r["m"] / s2]
+        numbers.append(
+            dict(
+                name=f"fraction semantic, {name} (alpha={alpha}, omega={omega})",
+                value=len(sem) / max(len(sub), 1),
+                how=f"runs ending with theta/sigma^2 > m/sigma^2, of {len(sub)}; the L-BFGS "
+                "runs are not the authors' GD: from a random init the two paths may end in "
+                "different basins (L-BFGS at d = 200 ends in other local minima, ε_t higher)",
+            )
+        )
+    path = finish_figure(
+        fig,
+        out_dir / "erm-inits.png",
+        rf"where the minimisers land: $\alpha$={alpha}, $\omega$={omega}, "
+        rf"$\sigma$={params.sigma}, $\lambda$={params.lam}",
+        fontsize=10,
+    )
+    return dict(files=[str(path)], numbers=numbers)
+
+
 FIGURES = {
     "erm-omega03": fig_omega03,
     "erm-phase-diagram": fig_phase_diagram,
     "erm-slices": fig_slices,
     "erm-linear-baseline": fig_linear_baseline,
+    "erm-inits": fig_inits,
     "erm-d-scaling": fig_d_scaling,
 }
