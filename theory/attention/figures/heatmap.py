@@ -64,8 +64,10 @@ def draw_heatmap(fig, ax, alphas, omegas, values, *, label: str, cmap="RdBu_r"):
     xe, ye = cell_edges(alphas), cell_edges(omegas)
     fin = values[np.isfinite(values)]
     lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 0.0)
-    if lo < 0 < hi:  # each side of 0 on its own round scale (the colour of 0 is fixed)
-        lim_lo, lim_hi = nice_limit(lo)[0], nice_limit(hi)[0]
+    if lo < 0 < hi:  # each side of 0 on its own round scale (the colour of 0 is fixed),
+        # neither under a fifth of the other (a tiny side would be stretched to full colour)
+        big = max(-lo, hi)
+        lim_lo, lim_hi = nice_limit(max(-lo, big / 5))[0], nice_limit(max(hi, big / 5))[0]
     else:
         lim_lo = lim_hi = nice_limit(max(abs(lo), abs(hi)))[0]
     k = nice_limit(max(lim_lo, lim_hi))[1]

@@ -60,3 +60,6 @@ ADAM_PROTOCOL = dict(lr=0.01, steps=2500)
 #: the published heat-map grid: α = linspace(0.01, 2, 25), ω = 0.02 ... 0.50 step 0.02, d = 1000
 HEATMAP_ALPHAS = (0.01, 2.0, 25)
 HEATMAP_OMEGAS = tuple(round(0.02 * k, 2) for k in range(1, 26))
+
+#: A = [[0.3, 0.7], [0.8, 0.2]]: the authors' stored eps_t crossings, (ω, α)
+ALPHA_C_OTHER_A = ((0.14, 0.57), (0.15, 0.84))

@@ -541,6 +541,38 @@ def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, store: Store | None
 )
 def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
+
+    omegas_th = [0.1, 0.3] if quick else list(np.round(np.arange(0.0, 0.451, 0.05), 3))
+    return _phase_heatmaps(
+        out_dir,
+        quick,
+        PARAMS,
+        "erm-phase-diagram",
+        omegas_th,
+        dict(alpha_c=pub.ALPHA_C, alpha_l=pub.ALPHA_L),
+    )
+
+
+@reproduces(
+    "cui2024",
+    "App. (other A)",
+    "the (alpha, omega) heat maps for A = [[0.3, 0.7], [0.8, 0.2]] at d = 1000 on the published "
+    "grid, theory lines at a few omega (full mode only: the asymmetric-A theory is slow)",
+    ["erm-phase-diagram-otherA.png"],
+)
+def fig_phase_diagram_other_a(out_dir: Path, quick: bool) -> dict:
+    from theory.attention.figures import published as pub
+
+    p = PARAMS.replace(A=((0.3, 0.7), (0.8, 0.2)))
+    omegas_th = [] if quick else [0.1, 0.14, 0.2]
+    pubs = dict(alpha_c=pub.ALPHA_C_OTHER_A)
+    return _phase_heatmaps(out_dir, quick, p, "erm-phase-diagram-otherA", omegas_th, pubs)
+
+
+def _phase_heatmaps(out_dir, quick, params, stem, omegas_th, published) -> dict:
+    """The two (α, ω) heat maps of ``params`` (A, σ, λ) with the theory lines at
+    ``omegas_th`` and the ``published`` threshold lists ({"alpha_c": ((ω, α), ...), ...})."""
+    from theory.attention.figures import published as pub
     from theory.attention.figures.heatmap import draw_heatmap, draw_threshold_lines, legend_below
 
     use_agg()
@@ -553,16 +585,18 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
         d, seeds = 100, [0]
         alphas = list(np.linspace(a0, a1, 9))
         omegas = [0.1, 0.2, 0.3, 0.4, 0.5]
-        omegas_th = [0.1, 0.3]
     else:  # the published grid and d; one seed (1250 L-BFGS runs at d = 1000, ~1 h)
         d, seeds = 1000, [0]
         alphas, omegas = list(np.linspace(a0, a1, na)), list(pub.HEATMAP_OMEGAS)
-        omegas_th = list(np.round(np.arange(0.0, 0.451, 0.05), 3))
-    grid = simulated_grid(alphas, omegas, d, seeds, store_path=out_dir / SIM_STORE)
+    grid = simulated_grid(alphas, omegas, d, seeds, params=params, store_path=out_dir / SIM_STORE)
     t_th = time.perf_counter()
-    rows_th = theory_phase_rows(omegas_th, store=Store(out_dir / THEORY_STORE))
+    rows_th = (
+        theory_phase_rows(omegas_th, params, store=Store(out_dir / THEORY_STORE))
+        if omegas_th
+        else []
+    )
     theory_wall = time.perf_counter() - t_th
-    eps_lin = np.array([linear_baseline(PARAMS.replace(omega=float(w))) for w in omegas])
+    eps_lin = np.array([linear_baseline(params.replace(omega=float(w))) for w in omegas])
     gain = eps_lin[:, None] - grid["eps_g"]
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.9))
@@ -575,7 +609,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
         grid["delta_eps_t"],
         label=r"$\Delta\varepsilon_t = \varepsilon_t^{sem} - \varepsilon_t^{pos}$",
     )
-    draw_threshold_lines(axes[0], rows_th, keys=("alpha_c",), published=dict(alpha_c=pub.ALPHA_C))
+    draw_threshold_lines(axes[0], rows_th, keys=("alpha_c",), published=published)
     axes[0].set_title(
         r"$\Delta\varepsilon_t$ (blue: semantic minimiser has the lower training loss)",
         fontsize=9,
@@ -589,7 +623,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
         label=r"$\varepsilon_g^{lin} - \varepsilon_g$ (global minimiser)",
         cmap="PuOr_r",
     )
-    draw_threshold_lines(axes[1], rows_th, keys=("alpha_l",), published=dict(alpha_l=pub.ALPHA_L))
+    draw_threshold_lines(axes[1], rows_th, keys=("alpha_l",), published=published)
     axes[1].set_title(
         r"$\varepsilon_g^{lin}$ (closed form, $d\to\infty$) $-$ $\varepsilon_g$ "
         "(orange: attention beats the linear baseline)",
@@ -601,19 +635,21 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
         legend_below(ax)
     path = finish_figure(
         fig,
-        out_dir / "erm-phase-diagram.png",
-        rf"ERM phase diagram, $\sigma$={PARAMS.sigma}, $\lambda$={PARAMS.lam}, "
-        rf"A=[[.6,.4],[.4,.6]]; simulation: {sims}; lines: replica theory",
+        out_dir / f"{stem}.png",
+        rf"ERM phase diagram, $\sigma$={params.sigma}, $\lambda$={params.lam}, "
+        f"A={[list(r) for r in params.A]}\nsimulation: {sims}; lines: replica theory"
+        + (f" at omega = {omegas_th}" if 0 < len(omegas_th) < 5 else "")
+        + ("" if omegas_th else " (none in quick mode: the asymmetric-A theory is slow)"),
     )
     how = f"simulated on the grid alpha {alphas[0]:g}..{alphas[-1]:g} ({len(alphas)}), {sims}"
     numbers = [
-        dict(name="erm_phase_diagram_wall_s", value=time.perf_counter() - t0, how="wall time"),
+        dict(name=f"{stem}_wall_s", value=time.perf_counter() - t0, how="wall time"),
         dict(
-            name="erm_phase_diagram_theory_wall_s",
+            name=f"{stem}_theory_wall_s",
             value=theory_wall,
             how=f"theory lines at {len(omegas_th)} omegas (0 when cached)",
         ),
-        dict(name="erm_phase_diagram_failed_runs", value=grid["n_failed"], how=how),
+        dict(name=f"{stem}_failed_runs", value=grid["n_failed"], how=how),
     ]
     for w_show in (0.1, 0.2, 0.3, 0.4):
         i = int(np.argmin(np.abs(np.asarray(omegas) - w_show)))
@@ -1008,6 +1044,7 @@ def fig_inits(out_dir: Path, quick: bool, *, alpha=2.0, omega=0.3) -> dict:
 FIGURES = {
     "erm-omega03": fig_omega03,
     "erm-phase-diagram": fig_phase_diagram,
+    "erm-phase-diagram-otherA": fig_phase_diagram_other_a,
     "erm-slices": fig_slices,
     "erm-linear-baseline": fig_linear_baseline,
     "erm-inits": fig_inits,
