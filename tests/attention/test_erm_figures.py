@@ -1,0 +1,94 @@
+"""Helpers of the ERM figures (theory.attention.figures): checked against closed forms."""
+
+import math
+
+import numpy as np
+import pytest
+
+from theory.attention.figures.heatmap import cell_edges, nice_limit
+
+
+@pytest.mark.parametrize(
+    "v, lim, k",
+    [
+        (0.00173, 0.002, -3),  # 1.73e-3 -> next round mantissa 2
+        (7.2e-4, 8e-4, -4),
+        (9.5e-4, 1e-3, -3),  # 9.5e-4 rounds up to 10e-4 = 1e-3: the power moves up
+        (1.0, 1.0, 0),  # a round value is its own limit
+        (-0.0231, 0.025, -2),  # the sign is ignored
+        (0.0, 1.0, 0),
+        (math.nan, 1.0, 0),
+    ],
+)
+def test_nice_limit_is_the_next_round_number(v, lim, k):
+    got, gk = nice_limit(v)
+    assert gk == k
+    assert got == pytest.approx(lim, rel=1e-12)  # exact up to floating-point powers of 10
+    assert got >= abs(v) or not math.isfinite(v) or v == 0
+
+
+def test_cell_edges_are_midpoints_with_half_cells_at_the_ends():
+    c = np.linspace(0.01, 2.0, 25)
+    e = cell_edges(c)
+    h = (2.0 - 0.01) / 24 / 2  # half the uniform spacing
+    assert len(e) == 26
+    np.testing.assert_allclose(e, np.concatenate([[0.01 - h], c + h]), rtol=0, atol=1e-14)
+    e = cell_edges([1.0, 2.0, 4.0])  # non-uniform: midpoints 1.5, 3; ends mirrored
+    np.testing.assert_allclose(e, [0.5, 1.5, 3.0, 5.0])
+
+
+def test_linear_baseline_fit_is_the_minimiser_of_its_ridge_risk():
+    # independent route: scipy's BFGS on the risk itself, from B = 0
+    from scipy.optimize import minimize
+
+    from theory.attention import ERMParams, make_problem
+    from theory.attention.figures.linear import fit_linear_baseline, linear_risk
+
+    pr = make_problem(0.5, ERMParams(omega=0.3), 30, 3, n_test=10)
+    lam_b = 0.05  # a ridge large enough to matter at n = 15
+    B = fit_linear_baseline(pr, lam_b)
+    res = minimize(lambda b: linear_risk(b.reshape(2, 2), pr.train, lam_b), np.zeros(4), tol=1e-12)
+    # the risk is a convex quadratic: both reach the unique minimiser; 1e-5 = BFGS's accuracy
+    np.testing.assert_allclose(B, res.x.reshape(2, 2), atol=1e-5)
+    assert linear_risk(B, pr.train, lam_b) <= res.fun + 1e-12
+
+
+def test_power_law_fit_recovers_an_exact_power_law_and_a_noisy_one():
+    from theory.attention.figures.stats import power_law_fit
+
+    d = np.array([10, 23, 56, 135, 323, 500.0])
+    f = power_law_fit(d, 0.3 * d**-0.5)
+    assert f["b"] == pytest.approx(-0.5, abs=1e-12)  # exact data: exact exponent
+    assert f["c"] == pytest.approx(0.3, rel=1e-12)
+    rng = np.random.default_rng(1)
+    err = 0.05 * 0.3 * d**-0.5  # 5 % relative errors
+    b = [
+        power_law_fit(d, 0.3 * d**-0.5 + err * rng.standard_normal(6), err)["b"] for _ in range(400)
+    ]
+    f = power_law_fit(d, 0.3 * d**-0.5, err)
+    # the fit's b_err is the spread of b over noisy repetitions (400 draws: ~4 % sampling error)
+    assert np.std(b) == pytest.approx(f["b_err"], rel=0.15)
+    assert np.mean(b) == pytest.approx(-0.5, abs=4 * f["b_err"] / np.sqrt(400) + 2e-3)
+
+
+def test_spread_is_the_sample_std_with_its_gaussian_error():
+    from theory.attention.figures.stats import spread
+
+    s, e = spread([1.0, 2.0, 3.0, 4.0])
+    assert s == pytest.approx(np.sqrt(5 / 3))  # sum of squared deviations 5, ddof 1
+    assert e == pytest.approx(np.sqrt(5 / 3) / np.sqrt(6))
+    with pytest.raises(ValueError, match="at least 2"):
+        spread([1.0])
+
+
+def test_adam_reaches_the_lbfgs_minimiser_of_a_small_instance():
+    # independent route: L-BFGS (scipy) from the same point; the risk near Q* is locally convex
+    from theory.attention import ERMParams, make_problem, simulate_gd
+    from theory.attention.figures.adam import adam
+
+    pr = make_problem(2.0, ERMParams(omega=0.3), 20, 0, n_test=10)
+    ref = simulate_gd(2.0, init="semantic", method="lbfgs", problem=pr, tol=1e-9)
+    Q = adam(pr.teacher.qstar, pr.train, pr.params.lam, lr=0.01, steps=4000)
+    th = abs(pr.teacher.qstar @ Q) / 20
+    # Adam with a fixed lr hovers within ~lr of the minimum: 2 % on the overlap
+    assert th == pytest.approx(ref.theta_over_sigma2, rel=0.02)
