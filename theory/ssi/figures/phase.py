@@ -129,15 +129,39 @@ def plot_landscape(
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(6.0, 6.4))
+    from matplotlib.ticker import MaxNLocator
+
     land = ssi.landscape(a, omega, n_grid=n_grid)
     eg, mg, R = land.e, land.m, land.risk
-    lv = np.nanpercentile(R, np.linspace(0, 100, 30))
-    cs = ax.contourf(eg, mg, R, levels=np.unique(lv), cmap="viridis")
-    plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$", shrink=0.7)
+    lv = MaxNLocator(nbins=24).tick_values(np.nanmin(R), np.nanmax(R))
+    cs = ax.contourf(eg, mg, R, levels=lv, cmap="viridis")
+    cb = plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$", shrink=0.7)
+    cb.locator = MaxNLocator(nbins=6)
+    cb.update_ticks()
     th = np.linspace(0, 2 * np.pi, 400)
     ax.plot(np.cos(th), np.sin(th), color="k", lw=0.8)
     ax.plot([0, 0], [1, -1], "w*", ms=12, mec="k", ls="none", label="semantic (0, ±1)")
     ax.plot([1, -1], [0, 0], "r*", ms=12, mec="k", ls="none", label="positional (±1, 0)")
+    # steepest descent at the origin: R is even in e and in m there, so the Hessian is
+    # diagonal (docs/ssi.md eq. 34) and the direction is an axis
+    cr = ssi.pd_criteria(a, omega)
+    ree, rmm = float(cr.Ree00), float(cr.Rmm00)
+    if min(ree, rmm) < 0:
+        v = (0.45, 0.0) if ree < rmm else (0.0, 0.45)
+        for sgn in (1, -1):
+            ax.annotate(
+                "",
+                xy=(sgn * v[0], sgn * v[1]),
+                xytext=(0, 0),
+                arrowprops=dict(arrowstyle="-|>", color="k", lw=2.0),
+            )
+        ax.plot(
+            [],
+            [],
+            color="k",
+            lw=2,
+            label=f"steepest descent at 0 (∂²R: e {ree:.3f}, m {rmm:.3f})",
+        )
     ode_colors = ("white", "cyan", "magenta", "yellow")
     n_ode = n_sgd = 0
     for i, tr in enumerate(trajectories or []):
@@ -156,12 +180,17 @@ def plot_landscape(
             lab = None if n_sgd else "SGD trajectories (simulation)"
         else:
             lab = None if n_ode else "ODE (theory)"
+        first = n_sgd + n_ode == 0
         n_sgd += int(is_sgd)
         if is_sgd:
-            ax.plot(e, m, color="orange", lw=0.7, alpha=0.6, label=lab)
+            col = "orange"
+            ax.plot(e, m, color=col, lw=0.7, alpha=0.6, label=lab)
         else:
-            ax.plot(e, m, color=ode_colors[n_ode % len(ode_colors)], lw=1.8, label=lab)
+            col = ode_colors[n_ode % len(ode_colors)]
+            ax.plot(e, m, color=col, lw=1.8, label=lab)
             n_ode += 1
+        ax.plot(e[0], m[0], "o", ms=5, mfc="none", mec=col, label="start" if first else None)
+        ax.plot(e[-1], m[-1], "s", ms=5, mfc=col, mec="k", label="end" if first else None)
     ax.set_aspect("equal")
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
@@ -179,7 +208,7 @@ def plot_landscape(
     if own:
         fig.tight_layout()
         if path is not None:
-            atomic_savefig(fig, path, dpi=150)
+            atomic_savefig(fig, path, dpi=150, bbox_inches="tight")
         plt.close(fig)
     return ax
 

@@ -73,7 +73,7 @@ def _save(fig, out_dir, name):
 
     path = Path(out_dir) / f"{name}.png"
     fig.tight_layout()
-    atomic_savefig(fig, path, dpi=130)
+    atomic_savefig(fig, path, dpi=130, bbox_inches="tight")  # legends below axes
     plt.close(fig)
     return str(path)
 
