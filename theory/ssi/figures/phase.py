@@ -118,6 +118,17 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
     return ax
 
 
+def _steepest_arrows(ax, v, lw: float) -> None:
+    """Two black arrows from the origin along +-v (the steepest-descent direction)."""
+    for sgn in (1, -1):
+        ax.annotate(
+            "",
+            xy=(sgn * v[0], sgn * v[1]),
+            xytext=(0, 0),
+            arrowprops=dict(arrowstyle="-|>", color="k", lw=lw),
+        )
+
+
 def plot_landscape(
     a: float, omega: float, trajectories=None, ax=None, *, n_grid: int = 161, path=None, labels=None
 ):
@@ -147,14 +158,7 @@ def plot_landscape(
     cr = ssi.pd_criteria(a, omega)
     ree, rmm = float(cr.Ree00), float(cr.Rmm00)
     if min(ree, rmm) < 0:
-        v = (0.45, 0.0) if ree < rmm else (0.0, 0.45)
-        for sgn in (1, -1):
-            ax.annotate(
-                "",
-                xy=(sgn * v[0], sgn * v[1]),
-                xytext=(0, 0),
-                arrowprops=dict(arrowstyle="-|>", color="k", lw=2.0),
-            )
+        _steepest_arrows(ax, (0.45, 0.0) if ree < rmm else (0.0, 0.45), lw=2.0)
         ax.plot(
             [],
             [],
@@ -318,14 +322,7 @@ def plot_disk_landscape(land: DiskLandscape, ax, *, symlog: float | None = None)
     He = np.array([[Hp[1, 1], Hp[1, 0]], [Hp[0, 1], Hp[0, 0]]])
     lam, V = np.linalg.eigh(He)
     if lam[0] < -1e-9:
-        v = V[:, 0] * 0.55 * rad
-        for s in (1, -1):
-            ax.annotate(
-                "",
-                xy=(s * v[0], s * v[1]),
-                xytext=(0, 0),
-                arrowprops=dict(arrowstyle="-|>", color="k", lw=1.6),
-            )
+        _steepest_arrows(ax, V[:, 0] * 0.55 * rad, lw=1.6)
         arrow = "arrows: steepest descent at 0"
     else:
         arrow = "no negative curvature at 0"
