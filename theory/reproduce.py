@@ -49,6 +49,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.attention.figures.simulation",
     "theory.ssi.figures.phase",
     "theory.ssi.figures.sgd",
+    "theory.ssi.figures.equal_gain",
     "theory.histogram.figures",
 )
 
