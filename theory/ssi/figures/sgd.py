@@ -94,6 +94,8 @@ def _tied(expr, act, L=2):
 )
 def fig_trajectories(out_dir, quick):
     """ODE vs SGD m(t) for SIE 1, 2, 3 targets (tied network, L = 2, no encoding: e = 0)."""
+    from theory.ssi.figures.stats import quantile_band
+
     # SIE 3 needs gamma ~ 1/sqrt(d) to escape from m0 = 1/sqrt(d) (noise term), so its cost
     # grows like d^2: full mode uses d = 2000
     d = 1000 if quick else 2000
@@ -130,18 +132,17 @@ def fig_trajectories(out_dir, quick):
         t = res[0].t
         for row in M:
             ax.plot(t[1:], row[1:], color="0.75", lw=0.6)
-        mu = M.mean(0)
-        se = M.std(0, ddof=1) / math.sqrt(len(M))
+        # the distribution over runs, not a mean over spread-out escape times
+        q10, mu, q90 = quantile_band(M)
+        ax.fill_between(t[1:], q10[1:], q90[1:], color="C0", alpha=0.25, lw=0)
         sel = np.unique(np.linspace(1, len(t) - 1, 30).astype(int))
-        ax.errorbar(
+        ax.plot(
             t[sel],
             mu[sel],
-            yerr=se[sel],
-            fmt="o",
+            "o",
             ms=3.5,
-            capsize=2,
             color="C0",
-            label=f"SGD, mean ± SE of {len(M)} seeds (grey: single runs)",
+            label=f"SGD: median, 10-90 % band of {len(M)} seeds (grey: single runs)",
         )
         ax.plot(
             ode.t[ode.t <= t_end],
@@ -162,7 +163,7 @@ def fig_trajectories(out_dir, quick):
             dict(
                 name=f"sgd_traj_sie{k}_final_m_sim_minus_ode",
                 value=float(mu[-1] - np.interp(t[-1], ode.t, np.abs(ode.m))),
-                how=f"mean |m| of {len(M)} reduced-SGD seeds at t = {t[-1]:.3g} minus the ODE "
+                how=f"median |m| of {len(M)} reduced-SGD seeds at t = {t[-1]:.3g} minus the ODE "
                 f"value; "
                 f"tied network L=2, d={d}, gamma={lr:.3g}, m0=1/sqrt(d)",
             )
@@ -235,16 +236,17 @@ def _escape_setup(quick):
         ds = {
             1: [100, 316, 1000, 3162, 10_000],
             2: [100, 316, 1000, 3162, 10_000],
-            3: [10, 32, 100, 316, 1000],
+            3: [32, 100, 316, 1000],
         }
-        seeds = {1: 8, 2: 8, 3: 6}
+        seeds = {1: 8, 2: 8, 3: 12}
     else:
         ds = {
             1: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
             2: [100, 316, 1000, 3162, 10_000, 31_623, 100_000],
             3: [32, 100, 316, 1000, 3162],
         }
-        seeds = {1: 32, 2: 32, 3: 16}
+        # SIE 3 at d = 3162: ~3e7 steps (~10 s) per run; 32 seeds ~ 5 min of CPU
+        seeds = {1: 32, 2: 32, 3: 32}
     # best admissible step sizes (docs/ssi.md eq. 28): O(1), O(1/log d), O(1/sqrt(d))
     lr = {1: lambda d: 0.5, 2: lambda d: 0.1 / math.log(d), 3: lambda d: 0.5 / math.sqrt(d)}
     return ds, seeds, lr
@@ -258,22 +260,32 @@ def _scale(k, d):
 @reproduces(
     "arnaboldi2025",
     "Sec. escape times (SIE 1-3)",
-    "weak-recovery steps vs d for SIE 1, 2 and 3, with fitted laws d, d log^2 d, d^2",
+    "weak-recovery steps vs d for SIE 1, 2 and 3: SGD distributions (median, 10-90 %) against "
+    "the ODE, with fitted laws d, d log^2 d, d^2",
     ["sgd-escape.png"],
 )
 def fig_escape(out_dir, quick):
-    """Weak-recovery steps vs d for SIE 1, 2, 3 (tied network, L = 2), with fitted slopes."""
+    """Weak-recovery steps vs d for SIE 1, 2, 3 (tied network, L = 2): the distribution of the
+    SGD escape step (median and 10-90 % quantiles over seeds) against the ODE's escape step from
+    the same start, and log-log slopes of the medians."""
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    from theory.ssi.gain import ode_escape_steps
+
     ds, nseeds, lrule = _escape_setup(quick)
     eta = 0.5
-    fig, axes = _fig(1, 2, figsize=(12, 4.4))
+    fig, axes = _fig(1, 2, figsize=(13, 4.8))
     numbers = []
     names = {1: "d", 2: "d log² d", 3: "d²"}
-    censored = {1: 0, 2: 0, 3: 0}
     for k in (1, 2, 3):
         expr, act = TARGETS_SIE[k]
         model = _tied(expr, act)
-        mean, se = [], []
+        q = []  # (q10, median, q90) of nu per d
+        qr = []  # the same of nu / nu_ODE
+        nu_ode = []
+        censored = 0
         for d in ds[k]:
+            cap = int(30 * float(_scale(k, d))) + 100_000
             res = _runs(
                 out_dir,
                 f"escape-sie{k}",
@@ -286,73 +298,95 @@ def fig_escape(out_dir, quick):
                 eta=eta,
                 margin=0.0,
                 t_margin=0.0,
-                max_steps=int(30 * float(_scale(k, d))) + 100_000,
+                max_steps=cap,
             )
-            nu = np.array(
-                [np.nan if r.steps_escape is None else r.steps_escape for r in res], float
-            )
-            censored[k] += int(np.isnan(nu).sum())
-            mean.append(np.nanmean(nu))
-            se.append(np.nanstd(nu, ddof=1) / math.sqrt(np.isfinite(nu).sum()))
+            # a run without recovery counts at the cap: a lower bound, harmless for the
+            # quantiles below the censored fraction
+            nu = np.array([cap if r.steps_escape is None else r.steps_escape for r in res], float)
+            censored += sum(r.steps_escape is None for r in res)
+            no = ode_escape_steps(model, lrule[k](d), d, eta, 1 / math.sqrt(d))
+            nu_ode.append(no)
+            q.append(np.quantile(nu, [0.1, 0.5, 0.9]))
+            qr.append(np.quantile(nu / no, [0.1, 0.5, 0.9]))
         d_arr = np.array(ds[k], float)
-        mean, se = np.array(mean), np.array(se)
-        slope_d = np.polyfit(np.log(d_arr), np.log(mean), 1)[0]
-        slope_s = np.polyfit(np.log(_scale(k, d_arr)), np.log(mean), 1)[0]
+        q, qr, nu_ode = np.array(q), np.array(qr), np.array(nu_ode)
+        med = q[:, 1]
+        slope_d = np.polyfit(np.log(d_arr), np.log(med), 1)[0]
+        slope_s = np.polyfit(np.log(_scale(k, d_arr)), np.log(med), 1)[0]
+        slope_ode = np.polyfit(np.log(d_arr), np.log(nu_ode), 1)[0]
+        col = f"C{k - 1}"
         axes[0].errorbar(
             d_arr,
-            mean,
-            yerr=se,
+            med,
+            yerr=[med - q[:, 0], q[:, 2] - med],
             fmt="o",
             capsize=2,
-            color=f"C{k - 1}",
-            label=f"SIE {k} (SGD): slope {slope_d:.2f} in d",
+            color=col,
+            label=f"SIE {k} SGD: median, 10-90 % of {nseeds[k]} (slope {slope_d:.2f})",
+        )
+        axes[0].plot(
+            d_arr, nu_ode, "-", color=col, lw=1.4, label=f"SIE {k} ODE (slope {slope_ode:.2f})"
         )
         ref = _scale(k, d_arr)
-        axes[0].plot(
-            d_arr, ref * mean[-1] / ref[-1], "--", color=f"C{k - 1}", label=f"∝ {names[k]} (theory)"
-        )
+        axes[0].plot(d_arr, ref * med[-1] / ref[-1], ":", color=col, lw=1, label=f"∝ {names[k]}")
         axes[1].errorbar(
-            d_arr,
-            mean / _scale(k, d_arr),
-            yerr=se / _scale(k, d_arr),
+            d_arr * (1 + 0.04 * (k - 2)),
+            qr[:, 1],
+            yerr=[qr[:, 1] - qr[:, 0], qr[:, 2] - qr[:, 1]],
             fmt="o-",
             capsize=2,
-            color=f"C{k - 1}",
-            label=f"SIE {k}: ν / ({names[k]}), log-log slope {slope_s - 1:+.2f}",
+            color=col,
+            label=f"SIE {k}: ν_SGD / ν_ODE, median and 10-90 %",
         )
         how = (
-            f"least squares of log(mean nu_eta) on log d, tied net L=2 {expr} sigma={act}, "
-            f"eta={eta}, m0=1/sqrt(d), gamma={['0.5', '0.1/log d', '0.5/sqrt d'][k - 1]}, "
-            f"d={ds[k][0]}..{ds[k][-1]}, {nseeds[k]} seeds per d, exact reduced SGD; "
-            f"{censored[k]} runs without recovery within 30x the predicted scale excluded"
+            f"tied net L=2 {expr} sigma={act}, eta={eta}, m0=1/sqrt(d), "
+            f"gamma={['0.5', '0.1/log d', '0.5/sqrt d'][k - 1]}, d={ds[k][0]}..{ds[k][-1]} "
+            f"({len(ds[k])} values), {nseeds[k]} seeds per d, exact reduced SGD; {censored} runs "
+            "without recovery within 30x the predicted scale counted at that cap"
         )
-        numbers.append(dict(name=f"sgd_escape_slope_sie{k}", value=float(slope_d), how=how))
-        numbers.append(
+        numbers += [
+            dict(
+                name=f"sgd_escape_slope_sie{k}",
+                value=float(slope_d),
+                how=f"least squares of log(median nu_eta) on log d (ODE: {slope_ode:.3f}); {how}",
+            ),
             dict(
                 name=f"sgd_escape_slope_vs_scale_sie{k}",
                 value=float(slope_s),
-                how=f"slope of log(mean nu_eta) on log({names[k]}) (1 = the "
-                f"predicted scaling); same runs",
-            )
-        )
+                how=f"slope of log(median nu_eta) on log({names[k]}) (1 = the predicted "
+                f"scaling); same runs",
+            ),
+            dict(
+                name=f"sgd_escape_sie{k}_median_ratio_to_ode_at_dmax",
+                value=float(qr[-1, 1]),
+                how=f"median of nu_SGD / nu_ODE at d = {ds[k][-1]} (10-90 %: {qr[-1, 0]:.3f}-"
+                f"{qr[-1, 2]:.3f}); {how}",
+            ),
+        ]
     ax = axes[0]
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("d")
-    ax.set_ylabel("weak-recovery step ν_η (mean ± SE)")
+    ax.set_ylabel("weak-recovery step ν_η")
     ax.set_title(
         f"escape to |m| ≥ η = {eta} from m0 = 1/√d at the best admissible γ\n"
-        "γ = 0.5 (SIE 1), 0.1/log d (SIE 2), 0.5/√d (SIE 3)",
+        "γ = 0.5 (SIE 1), 0.1/log d (SIE 2), 0.5/√d (SIE 3); lines: ODE",
         fontsize=9,
     )
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)
     ax = axes[1]
+    ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks([0.2, 0.5, 1, 2, 5])
     ax.set_xlabel("d")
-    ax.set_ylabel("ν_η / predicted scale")
-    ax.set_title("ratio to the predicted scaling (flat = agreement)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_ylabel("ν_SGD / ν_ODE")
+    ax.set_title(
+        "distribution of the SGD escape step relative to the ODE (1 = agreement)", fontsize=9
+    )
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     return dict(files=[_save(fig, out_dir, "sgd-escape")], numbers=numbers)
 
 
