@@ -18,7 +18,7 @@ import numpy as np
 from theory import ssi
 from theory.plotting import reproduces
 from theory.ssi import gain as G
-from theory.ssi.figures.sgd import _fig, _loglog_slope, _save, _store, _workers
+from theory.ssi.figures.sgd import _fig, _labels, _loglog_slope, _save, _store, _workers
 
 __all__ = ["FIGURES"]
 
@@ -119,12 +119,12 @@ def _equal_gain_piece(
         ticks = [v for v in (1, 2, 5, 10, 20, 50) if v <= 1.5 * max(Ls[-1], np.nanmax(g))]
         ax.set_xticks([v for v in ticks if v <= Ls[-1]])
         ax.set_yticks(ticks)
-        ax.set_xlabel("sequence length L")
-        ax.set_ylabel(f"gain ν_untied / ν_tied (weak recovery, η = {ETA})")
-        ax.set_title(
+        _labels(
+            ax,
+            "sequence length L",
+            f"gain ν_untied / ν_tied (weak recovery, η = {ETA})",
             f"{ref}: equal γ = {lr:g}, target {label}, ReLU, d = {d}\n"
             "random starts on the sphere; ODE from the random-start average",
-            fontsize=9,
         )
         ax.legend(fontsize=7, loc="upper left")
         how = (

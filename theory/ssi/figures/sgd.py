@@ -79,6 +79,13 @@ def _save(fig, out_dir, name):
     return str(path)
 
 
+def _labels(ax, xlabel: str, ylabel: str, title: str, fontsize: float = 9) -> None:
+    """Axis labels and a small title."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=fontsize)
+
+
 def _tied(expr, act, L=2):
     return ssi.TiedNetwork(expr, L=L, activation=act)
 
@@ -970,12 +977,12 @@ def fig_attention_vs_square(out_dir, quick):
             label=f"{key}: published (read off Fig. 10)",
         )
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length L")
-    ax.set_ylabel(f"steps ν for m to reach η = {eta}")
-    ax.set_title(
+    _labels(
+        ax,
+        "sequence length L",
+        f"steps ν for m to reach η = {eta}",
         f"Fig. 10: target (1/√L) Σ He2(z_l)/√2, γ = {lr:g}, d = {d}, m0 = 1/√d\n"
         "package ODE (theory); SGD not run",
-        fontsize=9,
     )
     ax.legend(fontsize=7, loc="lower right")
     a, sq = np.array(nu["attention"]), np.array(nu["square"])
