@@ -181,7 +181,8 @@ def plot_landscape(
         if labels is not None:
             lab = labels[i]
         elif is_sgd:
-            lab = None if n_sgd else "SGD trajectories (simulation)"
+            how = "exact reduced chain" if "reduced" in str(meta.get("method", "")) else "full d"
+            lab = None if n_sgd else f"SGD trajectories ({how})"
         else:
             lab = None if n_ode else "ODE (theory)"
         first = n_sgd + n_ode == 0
