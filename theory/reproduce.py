@@ -50,6 +50,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.ssi.figures.phase",
     "theory.ssi.figures.sgd",
     "theory.ssi.figures.gain",
+    "theory.ssi.figures.equal_gain",
     "theory.histogram.figures",
 )
 

@@ -4,9 +4,12 @@
   of :func:`theory.ssi.boundaries` overlaid.
 * :func:`plot_landscape` - R(e, m) on the disk for the positional-semantic model with optional
   trajectories (ODE results, SGD results or dicts with ``e`` and ``m``).
-* :func:`plot_flatness` - R along e near the origin with and without positional encoding.
+* :func:`disk_landscape`, :func:`plot_trace_landscapes` - R(e, m) - R(0, 0) on the disk of an
+  L = 2 trace-reduced attention model (Tr and Tr/sqrt(L)) without and with P_1 = -P_2, the
+  Hessian at 0 printed and the steepest-descent direction drawn (paper Figs. 1 and 2).
 
-``FIGURES`` (the reproduction hook): "sgd-phase-diagram", "sgd-landscape", "sgd-flatness".
+``FIGURES`` (the reproduction hook): "sgd-phase-diagram", "sgd-landscape",
+"sgd-fig1-landscapes", "sgd-flatness".
 """
 
 from __future__ import annotations
@@ -115,6 +118,17 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
     return ax
 
 
+def _steepest_arrows(ax, v, lw: float) -> None:
+    """Two black arrows from the origin along +-v (the steepest-descent direction)."""
+    for sgn in (1, -1):
+        ax.annotate(
+            "",
+            xy=(sgn * v[0], sgn * v[1]),
+            xytext=(0, 0),
+            arrowprops=dict(arrowstyle="-|>", color="k", lw=lw),
+        )
+
+
 def plot_landscape(
     a: float, omega: float, trajectories=None, ax=None, *, n_grid: int = 161, path=None, labels=None
 ):
@@ -126,15 +140,32 @@ def plot_landscape(
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(6.0, 6.4))
+    from matplotlib.ticker import MaxNLocator
+
     land = ssi.landscape(a, omega, n_grid=n_grid)
     eg, mg, R = land.e, land.m, land.risk
-    lv = np.nanpercentile(R, np.linspace(0, 100, 30))
-    cs = ax.contourf(eg, mg, R, levels=np.unique(lv), cmap="viridis")
-    plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$", shrink=0.7)
+    lv = MaxNLocator(nbins=24).tick_values(np.nanmin(R), np.nanmax(R))
+    cs = ax.contourf(eg, mg, R, levels=lv, cmap="viridis")
+    cb = plt.colorbar(cs, ax=ax, label=r"population risk $R(e, m)$", shrink=0.7)
+    cb.locator = MaxNLocator(nbins=6)
+    cb.update_ticks()
     th = np.linspace(0, 2 * np.pi, 400)
     ax.plot(np.cos(th), np.sin(th), color="k", lw=0.8)
     ax.plot([0, 0], [1, -1], "w*", ms=12, mec="k", ls="none", label="semantic (0, ±1)")
     ax.plot([1, -1], [0, 0], "r*", ms=12, mec="k", ls="none", label="positional (±1, 0)")
+    # steepest descent at the origin: R is even in e and in m there, so the Hessian is
+    # diagonal (docs/ssi.md eq. 34) and the direction is an axis
+    cr = ssi.pd_criteria(a, omega)
+    ree, rmm = float(cr.Ree00), float(cr.Rmm00)
+    if min(ree, rmm) < 0:
+        _steepest_arrows(ax, (0.45, 0.0) if ree < rmm else (0.0, 0.45), lw=2.0)
+        ax.plot(
+            [],
+            [],
+            color="k",
+            lw=2,
+            label=f"steepest descent at 0 (∂²R: e {ree:.3f}, m {rmm:.3f})",
+        )
     ode_colors = ("white", "cyan", "magenta", "yellow")
     n_ode = n_sgd = 0
     for i, tr in enumerate(trajectories or []):
@@ -150,15 +181,21 @@ def plot_landscape(
         if labels is not None:
             lab = labels[i]
         elif is_sgd:
-            lab = None if n_sgd else "SGD trajectories (simulation)"
+            how = "exact reduced chain" if "reduced" in str(meta.get("method", "")) else "full d"
+            lab = None if n_sgd else f"SGD trajectories ({how})"
         else:
             lab = None if n_ode else "ODE (theory)"
+        first = n_sgd + n_ode == 0
         n_sgd += int(is_sgd)
         if is_sgd:
-            ax.plot(e, m, color="orange", lw=0.7, alpha=0.6, label=lab)
+            col = "orange"
+            ax.plot(e, m, color=col, lw=0.7, alpha=0.6, label=lab)
         else:
-            ax.plot(e, m, color=ode_colors[n_ode % len(ode_colors)], lw=1.8, label=lab)
+            col = ode_colors[n_ode % len(ode_colors)]
+            ax.plot(e, m, color=col, lw=1.8, label=lab)
             n_ode += 1
+        ax.plot(e[0], m[0], "o", ms=5, mfc="none", mec=col, label="start" if first else None)
+        ax.plot(e[-1], m[-1], "s", ms=5, mfc=col, mec="k", label="end" if first else None)
     ax.set_aspect("equal")
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
@@ -176,83 +213,191 @@ def plot_landscape(
     if own:
         fig.tight_layout()
         if path is not None:
-            atomic_savefig(fig, path, dpi=150)
+            atomic_savefig(fig, path, dpi=150, bbox_inches="tight")
         plt.close(fig)
     return ax
 
 
 FLAT_TARGET = "4/3 + He4(z1) + 2*He4(z2)"
+HE2_TARGET = "He2(z1) + He2(z2)"
+TRACE_NORMS = {"sum": "Tr", "sqrtL": "Tr/√L"}
+PE_LABELS = {"none": "no PE", "opposite": "$P_1=-P_2$"}
 
 
 @dataclass(frozen=True, kw_only=True)
-class FlatnessCurves(Result):
-    """R(e, 0) - R(0, 0) along e with the encoding (``R_e_pe``) and R(0, m) - R(0, 0) along m
-    (``R_m``, the same with and without encoding) on the grid ``x``, and the flatness of both
-    models (``flat_pe``, ``flat_nope``)."""
+class DiskLandscape(Result):
+    """R(e, m) - R(0, 0) of one L = 2 trace-reduced attention model on a polar grid of the disk
+    e^2 + m^2 <= 1 (``e``, ``m``, ``dR``: (n_r, n_theta) arrays), its flatness at the origin
+    (``flat``) and its Hessian there in the published order [[H_mm, H_me], [H_em, H_ee]]
+    (``hessian_pub``; without encoding R does not depend on e and H_ee = H_me = 0)."""
 
-    x: np.ndarray = field(default=None, repr=False)
-    R_e_pe: np.ndarray = field(default=None, repr=False)
-    R_m: np.ndarray = field(default=None, repr=False)
-    flat_pe: FlatnessResult | None = None
-    flat_nope: FlatnessResult | None = None
+    e: np.ndarray = field(default=None, repr=False)
+    m: np.ndarray = field(default=None, repr=False)
+    dR: np.ndarray = field(default=None, repr=False)
+    flat: FlatnessResult | None = None
+    hessian_pub: np.ndarray = field(default=None, repr=False)
 
 
-def flatness_curves(e_max: float = 0.6, n: int = 61, trace_norm: str = "sqrtL") -> FlatnessCurves:
-    """The curves of :class:`FlatnessCurves` for the target 4/3 + He4(z1) + 2 He4(z2), L = 2,
-    trace reduction, P_1 = -P_2 (docs/ssi.md section 6)."""
-    pe = ssi.AttentionModel(FLAT_TARGET, 2, pe="opposite", reduction="trace", trace_norm=trace_norm)
-    nope = ssi.AttentionModel(FLAT_TARGET, 2, pe="none", reduction="trace", trace_norm=trace_norm)
-    x = np.linspace(-e_max, e_max, n)
-    r0 = pe.risk(0.0, 0.0)
-    Re = np.array([pe.risk(v, 0.0) for v in x]) - r0
-    Rm = np.array([nope.risk(None, v) for v in x]) - nope.risk(None, 0.0)
-    return FlatnessCurves(
-        x=x,
-        R_e_pe=Re,
-        R_m=Rm,
-        flat_pe=ssi.flatness(pe),
-        flat_nope=ssi.flatness(nope),
-        params=dict(e_max=e_max, n=n, trace_norm=trace_norm),
+def disk_landscape(
+    target: str,
+    pe: str,
+    trace_norm: str,
+    n_r: int = 31,
+    n_theta: int = 97,
+    radius: float = 1.0,
+) -> DiskLandscape:
+    """R(e, m) - R(0, 0) of AttentionModel(target, L=2, pe, reduction="trace", trace_norm) on
+    the polar grid r in [0, radius] (n_r), theta in [0, 2 pi] (n_theta) (model.risk at every node;
+    without encoding R is a function of m only), and its flatness
+    (:func:`theory.ssi.flatness`)."""
+    model = ssi.AttentionModel(target, 2, pe=pe, reduction="trace", trace_norm=trace_norm)
+    if not 0 < radius <= 1:
+        raise ValueError(f"radius must lie in (0, 1], got {radius}")
+    r = np.linspace(0.0, radius, n_r)
+    th = np.linspace(0.0, 2 * np.pi, n_theta)
+    E = np.outer(r, np.cos(th))
+    M = np.outer(r, np.sin(th))
+    if model.r == 0:
+        r0 = model.risk(None, 0.0)
+        R = np.array([model.risk(None, v) for v in M.ravel()]) - r0
+    else:
+        r0 = model.risk(0.0, 0.0)
+        R = np.array([model.risk(e, m) for e, m in zip(E.ravel(), M.ravel())]) - r0
+    fl = ssi.flatness(model)
+    H = np.asarray(fl.hessian, float)
+    if model.r == 0:
+        Hp = np.array([[H[0, 0], 0.0], [0.0, 0.0]])
+    else:  # flatness coordinates (e, m) -> published order (m, e)
+        Hp = H[::-1, ::-1].copy()
+    return DiskLandscape(
+        e=E,
+        m=M,
+        dR=R.reshape(E.shape),
+        flat=fl,
+        hessian_pub=Hp,
+        params=dict(
+            target=target, pe=pe, trace_norm=trace_norm, n_r=n_r, n_theta=n_theta, radius=radius
+        ),
     )
 
 
-def plot_flatness(path=None, trace_norm: str = "sqrtL") -> FlatnessCurves:
+def _fmt_h(x: float) -> str:
+    return "0" if abs(x) < 5e-5 else f"{x:.3g}"
+
+
+def plot_disk_landscape(land: DiskLandscape, ax, *, symlog: float | None = None) -> None:
+    """One panel: R - R(0, 0) on the disk (diverging colours, white at 0; colour bar with round
+    ticks; ``symlog``: symmetric logarithmic levels +-10^k down to this threshold, which shows
+    how flat R is near 0), the Hessian at 0 printed as [[H_mm, H_me], [H_em, H_ee]], kappa, and
+    the steepest-descent direction at 0 (eigenvector of the most negative Hessian eigenvalue)."""
     plt = _plt()
-    c = flatness_curves(trace_norm=trace_norm)
-    fig, ax = plt.subplots(figsize=(6.0, 4.3))
-    k_pe, H_pe, k_no = c.flat_pe.kappa, c.flat_pe.hessian, c.flat_nope.kappa
-    ax.plot(
-        c.x,
-        c.R_e_pe,
-        lw=1.8,
-        label=rf"theory, with PE: $R(e,0)-R(0,0)$ ($\kappa$={k_pe}, "
-        rf"$\partial_e^2R$={H_pe[0, 0]:.4f})",
+    from matplotlib.colors import BoundaryNorm, TwoSlopeNorm
+    from matplotlib.ticker import MaxNLocator
+
+    R = land.dR
+    lo, hi = float(np.nanmin(R)), float(np.nanmax(R))
+    if symlog:
+        top = math.ceil(math.log10(max(abs(lo), abs(hi), symlog)))
+        dec = 10.0 ** np.arange(math.floor(math.log10(symlog)), top + 1)
+        levels = np.concatenate([-dec[::-1], [0.0], dec])
+        norm = BoundaryNorm(levels, 256)
+        cs = ax.contourf(land.e, land.m, R, levels=levels, cmap="RdBu_r", norm=norm, extend="both")
+        cb = plt.colorbar(cs, ax=ax, shrink=0.8, ticks=levels[::2])
+        cb.ax.set_yticklabels([f"{v:g}" for v in levels[::2]], fontsize=7)
+    else:
+        levels = MaxNLocator(nbins=14).tick_values(lo, hi)
+        tiny = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+        norm = TwoSlopeNorm(0.0, min(lo, -tiny), max(hi, tiny))  # white at R = R(0, 0)
+        cs = ax.contourf(land.e, land.m, R, levels=levels, cmap="RdBu_r", norm=norm)
+        cb = plt.colorbar(cs, ax=ax, shrink=0.8)
+        cb.locator = MaxNLocator(nbins=5)
+        cb.update_ticks()
+    if lo < 0 < hi:
+        ax.contour(land.e, land.m, R, levels=[0.0], colors="k", linewidths=0.6)
+    cb.set_label("R(e, m) − R(0, 0)", fontsize=8)
+    rad = land.params["radius"]
+    th = np.linspace(0, 2 * np.pi, 300)
+    ax.plot(rad * np.cos(th), rad * np.sin(th), color="k", lw=0.8)
+    Hp = land.hessian_pub
+    # steepest descent at 0 in (e, m) coordinates
+    He = np.array([[Hp[1, 1], Hp[1, 0]], [Hp[0, 1], Hp[0, 0]]])
+    lam, V = np.linalg.eigh(He)
+    if lam[0] < -1e-9:
+        _steepest_arrows(ax, V[:, 0] * 0.55 * rad, lw=1.6)
+        arrow = "arrows: steepest descent at 0"
+    else:
+        arrow = "no negative curvature at 0"
+    ax.plot([0], [0], "ko", ms=3)
+    k = land.flat.kappa
+    txt = (
+        f"H(0) = [[{_fmt_h(Hp[0, 0])}, {_fmt_h(Hp[0, 1])}],\n"
+        f"          [{_fmt_h(Hp[1, 0])}, {_fmt_h(Hp[1, 1])}]]\n"
+        f"κ = {k}; {arrow}"
     )
-    ax.plot(c.x, c.R_m, lw=1.8, ls="--", label=rf"theory, no PE: $R(m)-R(0)$ ($\kappa$={k_no})")
-    x = c.x
-    ax.plot(
-        x,
-        0.5 * H_pe[0, 0] * x**2,
-        color="0.5",
-        lw=0.8,
-        ls=":",
-        label=r"quadratic term $\frac{1}{2}\partial_e^2R\,e^2$",
+    ax.text(
+        0.0,
+        -1.12 * rad,
+        txt,
+        ha="center",
+        va="top",
+        fontsize=7,
+        family="monospace",
+        bbox=dict(facecolor="white", edgecolor="0.6", alpha=0.9),
     )
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_xlabel("overlap (e with PE; m without)")
-    ax.set_ylabel("R - R(origin)")
-    norm = "Tr/sqrt(L)" if trace_norm == "sqrtL" else "Tr"
-    ax.set_title(
-        f"flatness: g = 4/3 + He4(z1) + 2He4(z2), L=2, {norm} reduction, "
-        r"$P_1=-P_2$",
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.05 * rad, 1.05 * rad)
+    ax.set_ylim(-1.55 * rad, 1.05 * rad)
+    ax.set_xlabel("positional overlap e", fontsize=8)
+    ax.set_ylabel("semantic overlap m", fontsize=8)
+    p = land.params
+    ax.set_title(f"{TRACE_NORMS[p['trace_norm']]}, {PE_LABELS[p['pe']]}", fontsize=9)
+
+
+def trace_landscapes(target: str, n_r: int, n_theta: int, radius: float = 1.0) -> dict:
+    """{(trace_norm, pe): DiskLandscape} for both trace normalisations, with and without
+    P_1 = -P_2."""
+    return {
+        (tn, pe): disk_landscape(target, pe, tn, n_r, n_theta, radius)
+        for tn in TRACE_NORMS
+        for pe in PE_LABELS
+    }
+
+
+def plot_trace_landscapes(
+    lands: dict, target_label: str, path, *, symlog: float | None = None
+) -> None:
+    """2 x 2 panels: rows Tr and Tr/sqrt(L), columns without / with P_1 = -P_2."""
+    plt = _plt()
+    fig, axes = plt.subplots(2, 2, figsize=(9.6, 10.4))
+    for i, tn in enumerate(TRACE_NORMS):
+        for j, pe in enumerate(PE_LABELS):
+            plot_disk_landscape(lands[(tn, pe)], axes[i, j], symlog=symlog)
+    fig.suptitle(
+        f"population risk of tied attention (theory), g = {target_label}, L = 2, trace "
+        "reduction\nexact Hermite coefficients x Gauss-Hermite student moments; H(0) in the "
+        "published order [[H_mm, H_me], [H_em, H_ee]]",
         fontsize=9,
     )
-    ax.legend(fontsize=7)
     fig.tight_layout()
-    if path is not None:
-        atomic_savefig(fig, path, dpi=150)
+    atomic_savefig(fig, path, dpi=130)
     plt.close(fig)
-    return c
+
+
+def _landscape_numbers(lands: dict, fig: str, with_kappa: bool) -> list:
+    how = (
+        "theory.ssi.flatness: exact Hermite coefficients x 2-D Gauss-Hermite student moments "
+        "(64^2 nodes); L = 2, trace reduction, Hessian in the reduced coordinate e of P_1 = -P_2"
+    )
+    out = []
+    for (tn, pe), land in lands.items():
+        Hp = land.hessian_pub
+        tag = f"{fig} {TRACE_NORMS[tn]}, {'no PE' if pe == 'none' else 'P1=-P2'}"
+        out.append(dict(name=f"{tag}: H_mm(0)", value=float(Hp[0, 0]), how=how))
+        if pe != "none":
+            out.append(dict(name=f"{tag}: H_ee(0)", value=float(Hp[1, 1]), how=how))
+        if with_kappa:
+            out.append(dict(name=f"{tag}: kappa", value=land.flat.kappa, how=how))
+    return out
 
 
 # --------------------------------------------------------------------------- reproduction hook
@@ -329,30 +474,42 @@ def _fig_landscape(out_dir: Path, quick: bool):
 
 @reproduces(
     "arnaboldi2025",
+    "Fig. 1",
+    "R(e, m) of He2(z1) + He2(z2) on the disk without and with P1 = -P2, Hessian at 0 printed, "
+    "for Tr and Tr/sqrt(L)",
+    ["sgd-fig1-landscapes.png"],
+)
+def _fig_landscapes_he2(out_dir: Path, quick: bool):
+    lands = trace_landscapes(HE2_TARGET, *((21, 73) if quick else (51, 181)))
+    path = Path(out_dir) / "sgd-fig1-landscapes.png"
+    plot_trace_landscapes(lands, "He2(z1) + He2(z2)", path)
+    nums = _landscape_numbers(lands, "Fig. 1", with_kappa=False)
+    for n in nums:
+        n["how"] += "; published (Tr): H_mm = -2.2, H_ee = 0 (no PE) / 2.7 (P1 = -P2)"
+    return dict(files=[str(path)], numbers=nums)
+
+
+@reproduces(
+    "arnaboldi2025",
     "Fig. 2",
-    "flatness at 0 of 4/3 + He4(z1) + 2 He4(z2) without and with a positional encoding",
+    "flatness at 0 of 4/3 + He4(z1) + 2 He4(z2) as 2-D landscapes R(e, m) without and with "
+    "P1 = -P2, for Tr and Tr/sqrt(L)",
     ["sgd-flatness.png"],
 )
 def _fig_flatness(out_dir: Path, quick: bool):
+    # the disk of radius 0.6 around the start, symmetric-log levels: the flatness is visible
+    lands = trace_landscapes(FLAT_TARGET, *((21, 73) if quick else (51, 181)), radius=0.6)
     path = Path(out_dir) / "sgd-flatness.png"
-    c = plot_flatness(path=path)
-    k_pe, H = c.flat_pe.kappa, c.flat_pe.hessian
-    return dict(
-        files=[str(path)],
-        numbers=[
-            dict(
-                name="kappa without PE",
-                value=c.flat_nope.kappa,
-                how="exact Hermite coefficients x 2-D Gauss-Hermite student moments (64^2)",
-            ),
-            dict(name="kappa with PE P1=-P2", value=k_pe, how="same, Tr/sqrt(L) reduction"),
-            dict(name="d2R/de2 at 0 with PE", value=float(H[0, 0]), how="same"),
-        ],
-    )
+    plot_trace_landscapes(lands, "4/3 + He4(z1) + 2 He4(z2)", path, symlog=1e-4)
+    nums = _landscape_numbers(lands, "Fig. 2", with_kappa=True)
+    for n in nums:
+        n["how"] += "; published: H = 0 (no PE), H_ee = -1.1 with P1 = -P2 (kappa 4 -> 2)"
+    return dict(files=[str(path)], numbers=nums)
 
 
 FIGURES = {
     "sgd-phase-diagram": _fig_phase,
     "sgd-landscape": _fig_landscape,
+    "sgd-fig1-landscapes": _fig_landscapes_he2,
     "sgd-flatness": _fig_flatness,
 }
