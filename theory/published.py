@@ -166,6 +166,35 @@ _RECORDS = [
         how="read",
         note="training-loss crossing between alpha = 1.34 and 1.42 (the GD grid)",
     ),
+    # the whole GD table at d = 1000, omega = 0.3 (means of 24 runs; train/d is eps_t)
+    *(
+        _c(f"gd_table/{init}/alpha={a}/{q}", _CUI_GD, q, v, {"alpha": a, "d": 1000, "init": init})
+        for a, init, *vals in (
+            (0.5075, "positional", 0.003221, 0.001162, 0.2247, 0.0130),
+            (0.5075, "semantic", 0.003567, 0.001382, 0.0242, 0.2311),
+            (1.005, "positional", 0.003277, 0.002200, 0.2521, 0.0186),
+            (1.005, "semantic", 0.002717, 0.002336, 0.0151, 0.4008),
+            (1.2538, "positional", 0.003348, 0.002723, 0.2540, 0.0203),
+            (1.2538, "semantic", 0.002343, 0.002732, 0.0113, 0.4714),
+            (1.4196, "positional", 0.003392, 0.003136, 0.2574, 0.0201),
+            (1.4196, "semantic", 0.002090, 0.002930, 0.0098, 0.5074),
+            (2.0, "positional", 0.003492, 0.004585, 0.2618, 0.0325),
+            (2.0, "semantic", 0.001443, 0.003652, 0.0065, 0.6340),
+        )
+        for q, v in zip(("eps_g", "eps_t", "m", "theta_over_sigma2"), vals, strict=True)
+    ),
+    # the alternative A = [[0.3, 0.7], [0.8, 0.2]]: the authors' stored eps_t crossings
+    *(
+        _c(
+            f"alpha_c_otherA/omega={om}",
+            "code: stored eps_t crossings, A = [[0.3, 0.7], [0.8, 0.2]]",
+            "alpha_c",
+            a,
+            {"omega": om, "A": "0.3,0.7,0.8,0.2"},
+            how="code",
+        )
+        for om, a in ((0.14, 0.57), (0.15, 0.84))
+    ),
     # finite-size concentration, alpha = 1.5: theory lines and the largest d
     *(
         _c(f"scaling/{b}/theory", "d-scaling figure (theory line)", "eps_g", v, {"alpha": 1.5})
