@@ -63,3 +63,16 @@ def test_bad_run_input():
         ssi.boundaries(1.0, n=10**6)
     with pytest.raises(ValueError, match="omega must lie in"):
         ssi.phase_diagram([1.0], [math.nan])
+
+
+def test_a_program_built_target_is_bounded_by_its_monomials_not_its_length():
+    """(z1 + ... + z32)^2 / 32 expanded has 528 monomials: more terms than a typed target may
+    have, but well inside the monomial limit, so the Fig. 8 family at L = 32 is accepted."""
+    import sympy as sp
+
+    from theory.ssi.targets import MAX_NODES, as_target
+
+    z = sp.symbols("z1:33")
+    expr = sp.expand(sum(z) ** 2 / 32)
+    assert len(expr.args) > MAX_NODES
+    assert as_target(expr, 32).L == 32

@@ -152,6 +152,7 @@ MAX_NUMBER = 1e15  # absolute value of a number in the target
 MAX_LENGTH = 2000  # characters of a target string
 MAX_NODES = 500  # operations, numbers and variables of a target
 MAX_DEPTH = 40  # nesting depth
+MAX_EXPR_NODES = 200_000  # nodes of a sympy expression (degree <= 12 x <= 10000 monomials)
 MAX_MONOMIALS = 10_000  # monomials of the expanded polynomial part (an upper bound)
 
 _FUNC_LIST = (
@@ -183,9 +184,10 @@ class _Guard:
     """One walk over a target (a Python AST of the string, or a sympy tree) enforcing the limits
     above; ``source`` is the user's text for the messages."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, max_nodes: int = MAX_NODES):
         self.source = source
         self.nodes = 0
+        self.max_nodes = max_nodes
 
     def fail(self, what: str) -> None:
         src = self.source if len(self.source) <= 60 else self.source[:57] + "..."
@@ -296,8 +298,8 @@ class _Guard:
 
     def enter(self, depth: int) -> None:
         self.nodes += 1
-        if self.nodes > MAX_NODES:
-            self.fail(f"has more than {MAX_NODES} terms and operations; shorten it")
+        if self.nodes > self.max_nodes:
+            self.fail(f"has more than {self.max_nodes} terms and operations; shorten it")
         if depth > MAX_DEPTH:
             self.fail(f"is nested more than {MAX_DEPTH} levels deep; simplify it")
 
@@ -430,8 +432,11 @@ def check_target_text(text: str) -> None:
 
 
 def check_target_expr(expr: sp.Expr, source: str) -> None:
-    """The same limits as :func:`check_target_text` for a sympy expression."""
-    _Guard(source).walk_sympy(expr)
+    """The limits of :func:`check_target_text` for a sympy expression, except the count of
+    terms and operations, which bounds what a user types: an expression built by a program (a
+    family of targets at large L) is bounded by its degree and its number of monomials instead
+    (``MAX_EXPR_NODES`` is only the walk's own bound)."""
+    _Guard(source, max_nodes=MAX_EXPR_NODES).walk_sympy(expr)
 
 
 def _check_expr(expr: sp.Expr, L: int | None, source: str) -> tuple[sp.Expr, int]:
