@@ -74,6 +74,26 @@ def _add_model_args(p, *, default_L=None):
     )
 
 
+def _add_out(p, what):
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"write {what} as a table, CSV or JSON lines by the extension (.csv, .jsonl, "
+        ".json): one row per recorded time, columns t, steps, m, e (e_1..e_r for an encoding of "
+        "rank r > 1), m_1..m_L (untied), risk, lr, d, eta (and seed), the same for `sgd ode` and "
+        "`sgd simulate`, so `theory overlay` draws one over the other",
+    )
+
+
+def _write_out(args, trajectories, payload):
+    """``--out``: the rows of every trajectory in one table (theory.store.write_table)."""
+    if args.out:
+        from theory.store import write_table
+
+        write_table(args.out, [row for tr in trajectories for row in tr.points()])
+        payload["out"] = args.out
+
+
 def build_model(args):
     """The ``theory.ssi`` model described by the common options."""
     from theory import ssi
@@ -151,6 +171,7 @@ def register(subparsers) -> None:
         dest="t_max",
         help="fixed horizon in ODE time (default: until stationary)",
     )
+    _add_out(q, "the whole trajectory")
     add_json(q)
     q.set_defaults(func=_ode)
 
@@ -241,6 +262,7 @@ def register(subparsers) -> None:
         help="number of steps (default: until recovery, then as many again)",
     )
     q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
+    _add_out(q, "every seed's trajectory (a column seed)")
     add_json(q)
     q.set_defaults(func=_simulate)
 
@@ -341,11 +363,12 @@ def _ode(args):
         eta=res.eta,
         engine=model.engine,
     )
+    _write_out(args, [res], payload)
     text = (
         f"{model!r}\nweak recovery: t = {res.t_escape}  steps = {res.steps_escape}\n"
         f"final (e, m) = ({res.final_e}, {res.final_m:.6g}) -> {res.minimum}  "
         f"[{res.status}: {res.message}]"
-    )
+    ) + (f"\ntrajectory: {args.out}" if args.out else "")
     emit(args, payload, text)
     return 0 if res.status != "nan" else 1
 
@@ -484,13 +507,14 @@ def _simulate(args):
         fraction_positional=float(np.mean([k == "positional" for k in kinds])),
         fraction_semantic=float(np.mean([k == "semantic" for k in kinds])),
     )
+    _write_out(args, res, payload)
     text = (
         f"{model!r}, d = {args.d}, lr = {args.lr}, {len(res)} seeds "
         f"({'reduced chain' if args.reduced else 'full SGD'})\n"
         f"weak-recovery steps: mean {payload['mean_steps_escape']} +- "
         f"{payload['sem_steps_escape']}\nfinal minimum: positional "
         f"{payload['fraction_positional']:.2f}, semantic {payload['fraction_semantic']:.2f}"
-    )
+    ) + (f"\ntrajectories: {args.out}" if args.out else "")
     emit(args, payload, text)
     return 0
 
