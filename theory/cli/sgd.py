@@ -341,13 +341,20 @@ def register(subparsers) -> None:
 # --------------------------------------------------------------------------- handlers
 
 
-def _ode(args):
+def ode_run(args):
+    """(model, :class:`theory.ssi.ODEResult`) of the parsed ``theory sgd ode`` options (also
+    the theory of ``theory overlay "sgd ode ..."``)."""
     from theory import ssi
 
     model = build_model(args)
     res = ssi.integrate_ode(
         model, lr=args.lr, d=args.d, m0=args.m0, e0=args.e0, eta=args.eta, t_max=args.t_max
     )
+    return model, res
+
+
+def _ode(args):
+    model, res = ode_run(args)
     payload = dict(
         t_escape=res.t_escape,
         steps_escape=res.steps_escape,
