@@ -69,8 +69,11 @@ def _add_model_args(p, *, default_L=None):
     g.add_argument(
         "--activation",
         default="relu",
-        help="activation of the tied/untied network (relu, linear, tanh, erf, "
-        "sigmoid, square, he2, abs)",
+        help="activation of the tied/untied network: a name (relu, linear, tanh, erf, "
+        "sigmoid, square, he2, abs, ...) or an expression in x in the target language "
+        "(e.g. 'x**2+x', 'tanh(2*x)'); an expression's Hermite moments come from the targets' "
+        "Hermite engine (exact or numerical, reported as activation_hermite); the simulators "
+        "run the names and expressions equal to one",
     )
 
 
@@ -83,6 +86,13 @@ def _add_out(p, what):
         "rank r > 1), m_1..m_L (untied), risk, lr, d, eta (and seed), the same for `sgd ode` and "
         "`sgd simulate`, so `theory overlay` draws one over the other",
     )
+
+
+def _activation_fields(model) -> dict:
+    """The student activation and how its Hermite moments were computed (networks only)."""
+    if not hasattr(model, "activation"):
+        return {}
+    return dict(activation=model.activation, activation_hermite=model.activation_hermite)
 
 
 def _write_out(args, trajectories, payload):
@@ -331,7 +341,11 @@ def register(subparsers) -> None:
         dest="no_ode",
         help="skip the numerical ODE minimisation (Hermite and closed-form gains only)",
     )
-    q.add_argument("--activation", default="relu", help="network activation")
+    q.add_argument(
+        "--activation",
+        default="relu",
+        help="network activation: a name or an expression in x (see theory sgd ode --help)",
+    )
     q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
     add_json(q)
     q.set_defaults(func=_gain)
@@ -369,6 +383,7 @@ def _ode(args):
         d=res.d,
         eta=res.eta,
         engine=model.engine,
+        **_activation_fields(model),
     )
     _write_out(args, [res], payload)
     text = (
@@ -527,8 +542,8 @@ def _simulate(args):
 
 
 def _gain(args):
-    from theory.ssi import gain_curve
-    from theory.ssi._kernels import activation
+    from theory.ssi import TiedNetwork, gain_curve
+    from theory.ssi._kernels import activation, activation_code
     from theory.ssi.sgd.driver import MAX_D
     from theory.ssi.sgd.seeds import MAX_SEEDS, MAX_WORKERS
     from theory.ssi.targets import MAX_L
@@ -542,7 +557,10 @@ def _gain(args):
     check_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
     if args.workers is not None:
         check_int("workers", args.workers, lo=0, hi=MAX_WORKERS)
-    activation(args.activation)
+    if args.simulate:
+        activation_code(args.activation)  # a kernel for it, before the theory runs
+    else:
+        activation(args.activation)
     norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())
     bad = [x for x in norms if x not in ("rows", "flat")] or ([] if norms else [""])
     if bad:
@@ -570,7 +588,7 @@ def _gain(args):
         d=args.d,
         lr=args.lr,
         eta=args.eta,
-        activation=args.activation,
+        **_activation_fields(TiedNetwork("z1", 1, activation=args.activation)),
         ode_start=args.ode_start,
         rows=rows,
     )
