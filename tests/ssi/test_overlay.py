@@ -161,3 +161,29 @@ def test_overlay_reads_erm_simulate_out(tmp_path, capsys):
     assert p["sim_x"] == [1.5]
     assert p["sim_mean"][0] == pytest.approx(summary["eps_g"], rel=1e-12)
     assert p["sim_err"][0] == pytest.approx(summary["eps_g_err"], rel=1e-12)
+
+
+def test_overlay_theory_table_with_kinds(tmp_path, capsys):
+    """A table of `erm curve --out` (columns kind, alpha, eps_g, ...): the default axes are
+    alpha / eps_g and the default rows the global minimiser's; --kind picks another."""
+    rows = [
+        dict(kind=k, alpha=a, omega=0.3, eps_g=e + a)
+        for k, e in (("semantic", 0.0), ("positional", 1.0), ("global", 2.0))
+        for a in (1.0, 2.0, 3.0)
+    ]
+    theory, sim = tmp_path / "curve.csv", tmp_path / "sim.csv"
+    write_table(theory, rows)
+    write_table(sim, [dict(alpha=a, eps_g=a, seed=s) for a in (1.5, 2.5) for s in range(3)])
+    for kind, shift in ((None, 2.0), ("positional", 1.0)):
+        out = tmp_path / f"drawn_{kind}.csv"
+        argv = ["overlay", str(theory), "--sim", str(sim), "--plot", str(tmp_path / "o.png")]
+        argv += ["--out", str(out), "--json"] + (["--kind", kind] if kind else [])
+        assert main(argv) == 0
+        p = json.loads(capsys.readouterr().out)
+        assert (p["x"], p["y"], p["theory_points"]) == ("alpha", "eps_g", 3)
+        drawn = read_table(out)
+        assert {r["kind"] for r in drawn} == {kind or "global"}
+        assert [r["eps_g"] - r["alpha"] for r in drawn] == [shift] * 3
+    argv = ["overlay", str(theory), "--sim", str(sim), "--plot", str(tmp_path / "o.png")]
+    assert main([*argv, "--kind", "nope"]) == 2
+    assert "semantic" in capsys.readouterr().err  # the kinds it has

@@ -185,7 +185,13 @@ def theory_rows(spec: str, sim: list[dict], x: str | None, points: int):
     key = tuple(tokens[:2])
     if key not in THEORIES:
         if len(tokens) == 1 or Path(spec).suffix:
-            return read_table(spec), x, None, None, None
+            rows = read_table(spec)
+            cols = set(_columns(rows))
+            # a table a theory command wrote: that command's axes and kind by default
+            th = next((t for t in THEORIES.values() if {t.x, t.y} <= cols), None)
+            if th is None:
+                return rows, x, None, None, None
+            return rows, x or th.x, th.y, th.kind, None
         raise ValueError(
             f"THEORY_SPEC must be a theory table (.csv, .jsonl) or a command: "
             f"{', '.join(repr(' '.join(k) + ' ...') for k in THEORIES)}; got {spec!r}"
