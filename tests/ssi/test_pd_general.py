@@ -2,6 +2,8 @@
 the A_a family against the numbers of the code before the generalisation, a non-family A and
 the P_1 = P_2 encoding against independent computations, strength lines against omega lines."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -178,3 +180,70 @@ def test_general_teacher_errors():
         ssi.boundaries(A=[[1.0, 0.0], [0.2, 0.8]], along="strength", omega=0.5)
     with pytest.raises(ValueError, match="exp overflow"):
         ssi.boundaries(A=A_EX, along="strength", omega=0.5, s_range=(0, 1e6))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cli_json(capsys, argv):
+    from theory.cli import main
+
+    assert main(argv) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+def test_cli_boundaries_any_teacher(capsys):
+    base = ["sgd", "boundaries", "--json"]
+    d = _cli_json(capsys, base + ["--A", "0.95,0.05,0.3,0.7"])
+    lib = ssi.boundaries(A=A_EX)
+    for k in FLIP_NAMES:
+        assert d["omega_" + k] == pytest.approx(getattr(lib, "omega_" + k), abs=1e-12)
+    # the same teacher by its logits (--A-logits=..., as they start with '-'); and the strength
+    # line through it at its steepest switch
+    d2 = _cli_json(capsys, base + ["--A-logits=" + ",".join(map(str, np.log(A_EX).ravel()))])
+    assert d2["omega_global_switch"] == pytest.approx(lib.omega_global_switch, abs=1e-9)
+    w0 = repr(lib.omega_steepest_switch)
+    d3 = _cli_json(
+        capsys, base + ["--A", "0.95,0.05,0.3,0.7", "--along", "strength", "--omega", w0]
+    )
+    assert d3["s_steepest_switch"] == pytest.approx(1.0, abs=1e-9)
+    # the family shortcut is unchanged
+    d4 = _cli_json(capsys, base + ["--a", "0.85"])
+    assert d4["omega_global_switch"] == pytest.approx(PRE_GENERALISATION[0.85][1], abs=1e-9)
+
+
+def test_cli_phase_diagram_strength_axis(capsys, tmp_path):
+    out = tmp_path / "pd.json"
+    argv = ["sgd", "phase-diagram", "--A", "0.95,0.05,0.3,0.7", "--grid", "5"]
+    d = _cli_json(
+        capsys,
+        argv + ["--s-range", "0.5:1.5", "--omega-range", "0.5:1", "--out", str(out), "--json"],
+    )
+    full = json.loads(out.read_text())
+    assert d["s_range"] == [0.5, 1.5] and full["s"] == [0.5, 0.75, 1.0, 1.25, 1.5]
+    ref = ssi.pd_booleans(omega=1.0, A=A_EX)  # s = 1, omega = 1
+    assert full["region"][2][4] == int(ref.region)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--A", "0.5,0.6,0.3,0.7"],  # not row-stochastic
+        ["--A", "0.5,0.5,0.3"],  # wrong shape
+        ["--A", "0.5,0.5,0.3,0.7", "--G", "1,2,2,1"],  # Gram not PSD
+        ["--A", "0.5,0.5,0.3,0.7", "--G", "1,0.5,0.5,1"],  # rank 2
+        ["--A", "0.5,0.5,0.3,0.7", "--L", "3"],
+        ["--a", "1", "--reduction", "trace"],
+        ["--a", "1", "--A", "0.5,0.5,0.3,0.7"],
+        ["--a", "1", "--along", "strength"],  # no --omega
+        [],  # no teacher
+    ],
+)
+def test_cli_bad_teacher_exits_2_one_line(capsys, extra):
+    from theory.cli import main
+
+    assert main(["sgd", "boundaries", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error" in err[0]
