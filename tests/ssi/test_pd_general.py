@@ -247,3 +247,40 @@ def test_cli_bad_teacher_exits_2_one_line(capsys, extra):
     assert main(["sgd", "boundaries", *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error" in err[0]
+
+
+# --------------------------------------------------------------------------- numerical fallback
+
+
+@pytest.mark.slow
+def test_numerical_classification_agrees_with_exact_at_L2():
+    # the fallback (constrained minimisation of the 4-D Gauss-Hermite risk, 12^4 nodes) against
+    # the exact criteria, at omegas 0.05 or more from every flip of A_EX (0.656, 0.748, 0.830,
+    # 0.898), so the quadrature error (~1e-4 in R) cannot move a point across a boundary
+    for w in (0.8, 0.95):
+        num = ssi.classify_numerical(w, A_EX, pe="opposite", n=12)
+        exact = ssi.pd_booleans(omega=w, A=A_EX)
+        assert num.exact is False and "numerical" in num.message
+        assert num.region == int(exact.region), w
+
+
+def test_numerical_classification_L3_semantic_teacher():
+    # omega = 0: the teacher is the student at m = 1, so R = 0 there at every quadrature node
+    # (1e-10 allows the rounding of the softmax); no other point of the ball reaches 0
+    A3 = np.full((3, 3), 0.1) + 0.7 * np.eye(3)
+    r = ssi.classify_numerical(0.0, A3, L=3, pe="orthonormal", n=2**10, n_starts=1)
+    assert r.semantic_min and r.R_semantic == pytest.approx(0.0, abs=1e-10)
+    assert r.region in (0, 1, 3, 4)  # the global minimum is semantic
+    assert r.R_positional is None or r.R_positional > 1e-3
+
+
+def test_cli_classify_exact_and_fallback(capsys):
+    d = _cli_json(
+        capsys, ["sgd", "classify", "--omega", "0.8", "--A", "0.95,0.05,0.3,0.7", "--json"]
+    )
+    assert d["exact"] is True and d["region"] == int(ssi.pd_booleans(omega=0.8, A=A_EX).region)
+    # a rank-2 Gram matrix at L = 2: the fallback, which says so
+    argv = ["sgd", "classify", "--omega", "0.0", "--A", "0.95,0.05,0.3,0.7", "--G", "1,0.3,0.3,1"]
+    d = _cli_json(capsys, argv + ["--quad-nodes", "8", "--starts", "1", "--json"])
+    assert d["exact"] is False and "numerical" in d["message"]
+    assert d["semantic_min"] is True and d["R_semantic"] == pytest.approx(0.0, abs=1e-10)

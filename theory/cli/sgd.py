@@ -3,8 +3,8 @@
 Subcommands: ``ode`` (the (e, m) ODE to convergence), ``flatness`` (kappa and the Hessian at the
 origin), ``boundaries`` (where each phase-diagram boolean flips on a line of any L = 2
 teacher), ``phase-diagram`` (the six regions on an (a, omega) or (s, omega) grid),
-``simulate`` (finite-d SGD over seeds) and ``gain`` (tied/untied gain vs L, predicted and
-optionally simulated).
+``classify`` (the region of one point, any L), ``simulate`` (finite-d SGD over seeds) and
+``gain`` (tied/untied gain vs L, predicted and optionally simulated).
 """
 
 from __future__ import annotations
@@ -238,6 +238,33 @@ def register(subparsers) -> None:
     add_json(q)
     q.set_defaults(func=_phase)
 
+    about = (
+        "The region of docs/ssi.md section 8 at one (A, omega): by the exact criteria at L = 2 "
+        "with a rank-1 encoding (exact: true), otherwise (L > 2, or a rank-2 Gram matrix) by a "
+        "stated numerical classification (exact: false; the message says how: constrained "
+        "minimisation of the quadrature risk from the semantic corner and from positional "
+        "starts, and the Hessian at the origin)."
+    )
+    q = sub.add_parser(
+        "classify",
+        formatter_class=fmt,
+        help="the region of one (A, omega), any L",
+        description=about,
+    )
+    q.add_argument("--omega", type=float, required=True, help="positional weight omega")
+    _add_teacher_args(q)
+    q.add_argument(
+        "--quad-nodes",
+        type=int,
+        default=None,
+        dest="quad_nodes",
+        help="nodes of the numerical fallback's quadrature (None: the engine's default)",
+    )
+    q.add_argument("--starts", type=int, default=3, help="positional starts of the fallback")
+    q.add_argument("--seed", type=int, default=0, help="seed of the QMC nodes and the starts")
+    add_json(q)
+    q.set_defaults(func=_classify)
+
     q = sub.add_parser(
         "simulate",
         formatter_class=fmt,
@@ -409,7 +436,7 @@ def _add_teacher_args(q, *, family=True):
             "--pe",
             dict(
                 choices=("none", "opposite", "orthonormal"),
-                help="encoding (None: opposite, P_1 = -P_2)",
+                help="encoding (None: opposite at L = 2, else orthonormal)",
             ),
         ),
         (
@@ -428,24 +455,74 @@ def _add_teacher_args(q, *, family=True):
         default="identity",
         help="attention output (the matrix target pairs with identity only)",
     )
-    g.add_argument("--L", type=int, default=2, help="sequence length (the criteria need 2)")
+    g.add_argument("--L", type=int, default=2, help="sequence length (the exact criteria need 2)")
     g.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
 
 
-def _teacher(args):
-    """(pe, a, A, A_logits, B) from the teacher options, checked (ValueError: one line)."""
+def _teacher(args, *, exact=True):
+    """(pe, a, A, A_logits, B) from the teacher options, checked (ValueError: one line); with
+    ``exact`` the problem must be one of the exact criteria (L = 2, rank-1 encoding)."""
     from theory.cli.erm_general import _matrix
     from theory.ssi.phase_diagram import pd_direction
 
     if args.pe is not None and args.G is not None:
         raise ValueError("give either --pe or --G, not both")
-    pe = _matrix(args.G, 2, "G") if args.G is not None else (args.pe or "opposite")
-    pd_direction(pe, args.reduction, args.L)
+    L = check_int("--L", args.L, lo=2, hi=8)
+    default_pe = "opposite" if L == 2 else "orthonormal"
+    pe = _matrix(args.G, L, "G") if args.G is not None else (args.pe or default_pe)
+    if exact:
+        pd_direction(pe, args.reduction, L)
     mats = {
-        k: None if getattr(args, k) is None else _matrix(getattr(args, k), 2, k.replace("_", "-"))
+        k: None if getattr(args, k) is None else _matrix(getattr(args, k), L, k.replace("_", "-"))
         for k in ("A", "A_logits", "B")
     }
     return pe, getattr(args, "a", None), mats["A"], mats["A_logits"], mats["B"]
+
+
+CLASSIFY_FIELDS = (
+    "global_positional",
+    "steepest_positional",
+    "both_minima",
+    "semantic_min",
+    "positional_min",
+)
+
+
+def _classify(args):
+    """One point: the exact criteria where they apply (L = 2, rank-1 encoding), else the stated
+    numerical classification of ``theory.ssi.classify_numerical``."""
+    from theory import ssi
+    from theory.ssi.phase_diagram import pd_direction
+    from theory.ssi.risk import _pe_basis
+
+    pe, a, A, A_logits, _ = _teacher(args, exact=False)
+    if args.B is not None:
+        raise ValueError("--B is for strength lines (sgd boundaries / phase-diagram)")
+    if args.reduction != "identity" or (isinstance(pe, str) and pe == "none"):
+        pd_direction(pe, args.reduction, 2)  # the reason, as one line
+    exact = args.L == 2 and _pe_basis(pe, 2).shape[1] == 1
+    if a is not None or A_logits is not None:
+        A = ssi.teacher_matrix(a, A, A_logits) if args.L == 2 else None
+        if A is None:
+            raise ValueError("--a and --A-logits are L = 2 teachers; give --A (L*L numbers)")
+    if A is None:
+        raise ValueError("give the teacher: --a A, --A (L*L numbers) or --A-logits")
+    if exact:
+        r = ssi.pd_booleans(omega=args.omega, A=A, n=args.nodes, pe=pe)
+        payload = dict(exact=True, omega=args.omega, A=A.tolist(), region=int(r.region))
+        payload.update({k: bool(getattr(r, k)) for k in CLASSIFY_FIELDS})
+        payload["message"] = "exact criteria (docs/ssi.md eqs. 33-34)"
+    else:
+        r = ssi.classify_numerical(
+            args.omega, A, L=args.L, pe=pe, n=args.quad_nodes, n_starts=args.starts, rng=args.seed
+        )
+        payload = dict(exact=False, omega=args.omega, A=A.tolist(), region=r.region)
+        payload.update({k: getattr(r, k) for k in CLASSIFY_FIELDS})
+        payload.update(R_semantic=r.R_semantic, R_positional=r.R_positional, message=r.message)
+    reg = payload["region"]
+    payload["region_name"] = ssi.REGIONS[reg] if reg >= 0 else "neither candidate is a minimum"
+    emit(args, payload)
+    return 0
 
 
 def _boundaries(args):

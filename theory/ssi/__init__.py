@@ -57,6 +57,7 @@ _HOME = {
         "teacher_matrix",
         "strength_matrix",
         "teacher_logits",
+        "classify_numerical",
     ),
     "gain": ("gain_curve", "predicted_escape", "drift_constants"),
     "sgd.driver": ("SGDResult",),

@@ -54,6 +54,8 @@ __all__ = [
     "pd_direction",
     "teacher_logits",
     "FLIP_NAMES",
+    "NumericalClassificationResult",
+    "classify_numerical",
     "boundaries",
     "phase_diagram",
     "landscape",
@@ -234,8 +236,8 @@ def pd_direction(pe="opposite", reduction="identity", L: int = 2) -> tuple[float
     if L != 2:
         raise ValueError(
             f"the exact phase-diagram criteria need L = 2 (got L = {L}): at L > 2 the positional "
-            "candidate is not a fixed point of the sphere; classify one point by the end point "
-            "of `theory sgd ode` from the positional and semantic corners instead"
+            "candidate is not a fixed point of the sphere; classify one point numerically with "
+            "`theory sgd classify` (theory.ssi.classify_numerical)"
         )
     if reduction != "identity":
         raise ValueError(
@@ -252,7 +254,8 @@ def pd_direction(pe="opposite", reduction="identity", L: int = 2) -> tuple[float
         raise ValueError(
             "the exact criteria need a rank-1 encoding Gram matrix (P_1 = -P_2: [[1,-1],[-1,1]], "
             f"or P_1 = P_2: [[1,1],[1,1]]); this one has rank {B.shape[1]}, whose positional "
-            "candidate is a point of a circle (not implemented)"
+            "candidate is a point of a circle; classify one point numerically with `theory sgd "
+            "classify` (theory.ssi.classify_numerical)"
         )
     b = B[:, 0] * np.sign(B[0, 0])
     b = np.where(np.abs(np.abs(b) - 1) < 1e-9, np.sign(b), b)  # exact +-1 for the cache key
@@ -388,6 +391,18 @@ def _classify(c: dict) -> dict:
     pos = (c["Re10"] < 0) & (c["curv_pos"] > 0)
     glob_pos = np.where(sem & pos, c["dR_pos_minus_sem"] < 0, pos & ~sem)
     steep_pos = c["Ree00"] < c["Rmm00"]
+    return dict(
+        global_positional=glob_pos,
+        steepest_positional=steep_pos,
+        both_minima=sem & pos,
+        semantic_min=sem,
+        positional_min=pos,
+        region=_region(sem, pos, glob_pos, steep_pos),
+    )
+
+
+def _region(sem, pos, glob_pos, steep_pos) -> np.ndarray:
+    """The index into :data:`REGIONS` (-1: neither candidate is a minimum)."""
     both = sem & pos
     region = np.full(np.broadcast(sem, pos).shape, -1)
     region = np.where(sem & ~pos & ~steep_pos, 0, region)
@@ -395,15 +410,7 @@ def _classify(c: dict) -> dict:
     region = np.where(pos & ~sem, 2, region)
     region = np.where(both & ~glob_pos & ~steep_pos, 3, region)
     region = np.where(both & ~glob_pos & steep_pos, 4, region)
-    region = np.where(both & glob_pos, 5, region)
-    return dict(
-        global_positional=glob_pos,
-        steepest_positional=steep_pos,
-        both_minima=both,
-        semantic_min=sem,
-        positional_min=pos,
-        region=region,
-    )
+    return np.where(both & glob_pos, 5, region)
 
 
 def _flip(fun_bool, comps, lo=0.0, hi=1.0):
@@ -651,6 +658,153 @@ def phase_diagram(
         b=b,
         message=msg,
         params=dict(nodes=n, check_global=check_global, n_disk=n_disk, B=Bl, b=b),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericalClassificationResult(Result):
+    """The phase-diagram booleans at one (A, omega) by a stated numerical method (``exact`` is
+    False): where the exact criteria do not extend (L > 2, or a rank-2 encoding Gram matrix).
+
+    ``end_points``: one dict per start (``start`` "semantic"/"positional", reduced ``c``, ``m``,
+    ``risk``, ``kind`` by :func:`theory.ssi.trajectory.classify_minimum`); ``R_semantic`` /
+    ``R_positional``: the lowest risk among the end points of each kind (None: none);
+    ``hessian0``: the Hessian of R at the origin in (c, m)."""
+
+    exact: bool = False
+    omega: float = 0.0
+    A: list | None = None
+    L: int = 2
+    global_positional: bool = False
+    steepest_positional: bool = False
+    both_minima: bool = False
+    semantic_min: bool = False
+    positional_min: bool = False
+    region: int = -1
+    R_semantic: float | None = None
+    R_positional: float | None = None
+    end_points: list = field(default_factory=list)
+    hessian0: list | None = None
+
+
+NUMERICAL_METHOD = (
+    "numerical classification (the exact criteria need L = 2 and a rank-1 encoding): R by the "
+    "quadrature engine on fixed nodes; each candidate is the end point of a constrained "
+    "minimisation of R on the ball |c|^2 + m^2 <= 1 (SLSQP, exact gradient of the quadrature) "
+    "from the semantic corner (m = 1, tilted by 0.05 in a random c direction) and from "
+    "n_starts positional starts (|c| = 1, m = 0.05, random directions); an end point is "
+    "semantic/positional within 15 degrees of the m/c axes; the steepest direction compares "
+    "the lowest eigenvalue of the c-block of the Hessian at the origin (central differences) "
+    "with R_mm"
+)
+
+
+def classify_numerical(
+    omega: float,
+    A,
+    *,
+    L: int | None = None,
+    pe="orthonormal",
+    n: int | None = None,
+    n_starts: int = 3,
+    rng=0,
+) -> NumericalClassificationResult:
+    """The region of :data:`REGIONS` at one (A, omega) of an L x L teacher
+    y = (1 - omega) softmax_row(z* z*^T) + omega A, by the numerical method
+    :data:`NUMERICAL_METHOD` (the fallback where :func:`pd_criteria` does not apply: L > 2 or a
+    rank-2 Gram matrix at L = 2; at L = 2, P_1 = -P_2 it is tested against the exact criteria).
+    ``pe``: "orthonormal", "opposite" or a Gram matrix; ``n``: quadrature nodes of the quad
+    engine; ``rng``: the QMC nodes and the start directions."""
+    from scipy.optimize import minimize
+
+    from theory.rng import as_rng
+    from theory.ssi.risk import AttentionModel
+    from theory.ssi.targets import PositionalSemanticTarget
+    from theory.ssi.trajectory import classify_minimum
+
+    A = check_row_stochastic("A", A)
+    L = A.shape[0] if L is None else check_int("L", L, lo=2, hi=8)
+    n_starts = check_int("n_starts", n_starts, lo=1, hi=50)
+    tgt = PositionalSemanticTarget(omega, L=L, A=A)
+    model = AttentionModel(tgt, L=L, pe=pe, reduction="identity", engine="quad", n=n, rng=rng)
+    r = model.r
+    if r == 0:
+        raise ValueError("pe='none': there is no positional candidate (R depends on m only)")
+    gen = as_rng(rng)
+
+    def unit(k):
+        v = gen.standard_normal(k)
+        return v / np.linalg.norm(v)
+
+    def proj(x):  # SLSQP may step slightly outside the ball: evaluate at its projection
+        return x / max(1.0, float(np.linalg.norm(x)))
+
+    def fun(x):
+        x = proj(x)
+        return model.risk(x[:r], x[r])
+
+    def jac(x):
+        x = proj(x)
+        ge, gm = model.grad(x[:r], x[r])
+        return np.append(np.atleast_1d(ge), gm)
+
+    ball = dict(type="ineq", fun=lambda x: 1.0 - x @ x, jac=lambda x: -2.0 * x)
+    starts = [("semantic", np.append(0.05 * unit(r), np.sqrt(1 - 0.05**2)))]
+    for _ in range(n_starts):
+        starts.append(("positional", np.append(np.sqrt(1 - 0.05**2) * unit(r), 0.05)))
+    ends = []
+    for kind0, x0 in starts:
+        res = minimize(
+            fun,
+            x0,
+            jac=jac,
+            method="SLSQP",
+            constraints=[ball],
+            options=dict(maxiter=100, ftol=1e-10),
+        )
+        x = proj(res.x)
+        ends.append(
+            dict(
+                start=kind0,
+                c=x[:r].tolist(),
+                m=float(x[r]),
+                risk=float(fun(x)),
+                kind=classify_minimum(x[:r], x[r]),
+                converged=bool(res.success),
+            )
+        )
+    R_of = lambda k: min((e["risk"] for e in ends if e["kind"] == k), default=None)
+    R_sem, R_pos = R_of("semantic"), R_of("positional")
+    sem = ends[0]["kind"] == "semantic"
+    pos = R_pos is not None
+    glob_pos = bool(pos and (not sem or R_pos < R_sem))
+    H = model.hessian(np.zeros(r), 0.0)
+    steep_pos = bool(np.linalg.eigvalsh(H[:r, :r]).min() < H[r, r])
+    region = int(_region(np.array(sem), np.array(pos), np.array(glob_pos), np.array(steep_pos)))
+    bad = [i for i, e in enumerate(ends) if not e["converged"]]
+    msg = NUMERICAL_METHOD
+    if bad:
+        msg += f"; starts {bad} did not converge (SLSQP), their end points are kept"
+    flags = dict(
+        global_positional=glob_pos,
+        steepest_positional=steep_pos,
+        both_minima=bool(sem and pos),
+        semantic_min=bool(sem),
+        positional_min=bool(pos),
+        region=region,
+    )
+    return NumericalClassificationResult(
+        **flags,
+        omega=float(omega),
+        A=A.tolist(),
+        L=L,
+        R_semantic=R_sem,
+        R_positional=R_pos,
+        end_points=ends,
+        hessian0=H.tolist(),
+        message=msg,
+        params=dict(omega=float(omega), A=A.tolist(), L=L, n=n, n_starts=n_starts, rng=str(rng)),
+        metadata=dict(method="quad + SLSQP", engine=model.engine, quad_method=model.method),
     )
 
 
