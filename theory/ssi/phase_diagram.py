@@ -687,6 +687,7 @@ class NumericalClassificationResult(Result):
     hessian0: list | None = None
 
 
+MAX_FALLBACK_NODES = 2**20  # quadrature nodes (GH per axis is further bounded by gh_tensor)
 NUMERICAL_METHOD = (
     "numerical classification (the exact criteria need L = 2 and a rank-1 encoding): R by the "
     "quadrature engine on fixed nodes; each candidate is the end point of a constrained "
@@ -725,6 +726,8 @@ def classify_numerical(
     A = check_row_stochastic("A", A)
     L = A.shape[0] if L is None else check_int("L", L, lo=2, hi=8)
     n_starts = check_int("n_starts", n_starts, lo=1, hi=50)
+    if n is not None:  # per-axis Gauss-Hermite nodes (L <= 2) or QMC points (L > 2)
+        n = check_int("quadrature nodes", n, lo=4, hi=MAX_FALLBACK_NODES)
     tgt = PositionalSemanticTarget(omega, L=L, A=A)
     model = AttentionModel(tgt, L=L, pe=pe, reduction="identity", engine="quad", n=n, rng=rng)
     r = model.r
