@@ -545,7 +545,8 @@ def _boundaries(args):
     keys += ["B", "omega", "s_range"] if b.along == "strength" else []
     keys += [pre + k for k in FLIP_NAMES] + ["b", "nodes", "message"]
     payload = {k: getattr(b, k) for k in keys}
-    text = "\n".join(f"{k}: {v}" for k, v in payload.items() if k != "message" or v)
+    shown = {k: v for k, v in payload.items() if v or k not in ("a", "message")}
+    text = "\n".join(f"{k}: {v}" for k, v in shown.items())
     emit(args, payload, text)
     return 0
 

@@ -450,7 +450,7 @@ def _point_A(a, A, A_logits):
 
 def pd_criteria(
     a: ArrayLike | None = None,
-    omega: ArrayLike = 0.0,
+    omega: ArrayLike | None = None,
     n: int = PD_NODES,
     *,
     A=None,
@@ -460,13 +460,15 @@ def pd_criteria(
     """The exact criteria at (A, omega) (arrays broadcast; docs/ssi.md eqs. 33-34): derivatives
     of R at the origin and at the two candidate minima, each affine in omega for fixed A.  The
     teacher is A_a (``a``, an array allowed), ``A`` (..., 2, 2) or ``A_logits``."""
+    if omega is None:
+        raise ValueError("give omega (the positional weight in [0, 1])")
     Am = _point_A(a, A, A_logits)
     c = _criteria(Am, omega, n, pd_direction(pe))
     return CriteriaResult(**c, a=a, A=Am, omega=omega, nodes=n)
 
 
 def pd_booleans(
-    a: ArrayLike | None = None, omega: ArrayLike = 0.0, n: int = PD_NODES, **teacher
+    a: ArrayLike | None = None, omega: ArrayLike | None = None, n: int = PD_NODES, **teacher
 ) -> ClassificationResult:
     """The three booleans of docs/ssi.md section 8, which candidates are minima, and the region
     index into :data:`REGIONS` (-1: neither candidate is a boundary minimum); the teacher
@@ -689,7 +691,8 @@ class NumericalClassificationResult(Result):
 
 MAX_FALLBACK_NODES = 2**20  # quadrature nodes (GH per axis is further bounded by gh_tensor)
 NUMERICAL_METHOD = (
-    "numerical classification (the exact criteria need L = 2 and a rank-1 encoding): R by the "
+    "numerical classification (the fallback where the exact criteria, L = 2 with a rank-1 "
+    "encoding, do not apply): R by the "
     "quadrature engine on fixed nodes; each candidate is the end point of a constrained "
     "minimisation of R on the ball |c|^2 + m^2 <= 1 (SLSQP, exact gradient of the quadrature) "
     "from the semantic corner (m = 1, tilted by 0.05 in a random c direction) and from "
