@@ -129,7 +129,9 @@ def draw_threshold_lines(ax, rows, *, keys=("alpha_c", "alpha_l"), published=Non
 
 
 def legend_below(ax, ncol=2):
-    """The legend under the axes (it covers no cell of a heat map)."""
+    """The legend under the axes (it covers no cell of a heat map); none without labels."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=ncol, frameon=False)
 
 
