@@ -153,3 +153,11 @@ def test_a_non_symmetric_A_solves_in_as_many_maps_as_the_symmetric_one():
     s = A.fixed_point(1.5, A.ERMParams(omega=0.15), "semantic")
     assert r.converged and r.branch == "semantic" and s.converged
     assert r.iterations <= 1.5 * s.iterations
+
+
+def test_spinodal_kind_options_are_checked():
+    with pytest.raises(ValueError, match="side"):
+        A.spinodal(P, "semantic", side="middle")
+    not_solved = A.ERMResult(alpha=1.0, omega=0.3, status="max_iter", init="positional")
+    with pytest.raises(ValueError, match="converged fixed point"):
+        A.saddle_node(P, "positional", not_solved)

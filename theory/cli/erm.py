@@ -310,6 +310,9 @@ SPINODAL_FIELDS = (
     "branch",
     "alpha_spinodal",
     "kind",
+    "side",
+    "alpha_pitchfork",
+    "normal_form_a",
     "base",
     "alpha_max",
     "status",
@@ -328,7 +331,7 @@ def cmd_spinodal(args):
     from theory.attention import spinodal
 
     p = _params(args)
-    s = spinodal(p, args.branch, alpha_max=args.alpha_max, rule=_rule(args))
+    s = spinodal(p, args.branch, alpha_max=args.alpha_max, rule=_rule(args), side=args.side)
     return _emit_result(args, s, SPINODAL_FIELDS, "no_spinodal")
 
 
@@ -581,7 +584,9 @@ def register(subparsers):
         help="where a branch begins: the α at which it leaves the trivial fixed point",
         description="The spinodal α_s of the semantic (or positional) branch: the α where "
         "the trivial fixed point's eigenvalue in the θ (m) direction crosses 1, a pitchfork; "
-        "the branch exists above it.",
+        "the branch exists above it.  Its kind is checked from the branch's normal form "
+        "(normal_form_a): a subcritical pitchfork is followed to its fold, reported as "
+        "kind saddle-node with alpha_pitchfork beside it.",
     )
     _model_args(p)
     p.add_argument(
@@ -589,6 +594,13 @@ def register(subparsers):
         default="semantic",
         choices=("semantic", "positional"),
         help="the branch (default semantic)",
+    )
+    p.add_argument(
+        "--side",
+        default="lower",
+        choices=("lower", "upper"),
+        help="lower: where the branch begins (default); upper: where it returns to the "
+        "trivial point at larger α (the positional branch at small ω)",
     )
     _alpha_max_arg(p)
     _theory_tail(p, cmd_spinodal)
