@@ -161,3 +161,45 @@ def test_spinodal_kind_options_are_checked():
     not_solved = A.ERMResult(alpha=1.0, omega=0.3, status="max_iter", init="positional")
     with pytest.raises(ValueError, match="converged fixed point"):
         A.saddle_node(P, "positional", not_solved)
+
+
+def test_classify_reads_the_regions_off_the_boundaries():
+    # the ω = 0 picture (cheap rule): semantic from 0.51, positional on (0.057, 0.915) and
+    # again above its saddle-node 10.3, α_c between
+    from theory.attention.phases import REGIONS, classify
+
+    b = dict(
+        alpha_semantic=0.513,
+        alpha_positional=0.057,
+        alpha_positional_end=0.915,
+        alpha_positional_fold=10.3,
+        alpha_c=0.7,
+    )
+    got = [classify(a, b) for a in (0.03, 0.3, 0.6, 0.8, 5.0, 15.0)]
+    assert got == [REGIONS[k] for k in (0, 1, 2, 3, 4, 3)]
+    # no gap (nan end), no transition below alpha_max (inf), and α_c not found (nan)
+    b.update(alpha_positional_end=math.nan, alpha_c=math.inf)
+    assert classify(15.0, b) == "both, positional global"
+    b.update(alpha_c=math.nan)
+    assert classify(15.0, b) == "both, global undetermined"
+    # positional absent above its end when no saddle-node brings it back (inf fold)
+    b.update(alpha_positional_end=0.915, alpha_positional_fold=math.inf)
+    assert classify(15.0, b) == "only semantic"
+
+
+@pytest.mark.slow
+def test_the_normal_form_sign_test_agrees_with_the_solved_branch():
+    # ω = 0.3: spinodal reads a of α = α_s + a t² + b t⁴ (t = θ/√(ρq)) off two points of the
+    # branch solved as α(t) on the cheap rule; independently, the fixed-point iteration on the
+    # default rule a little above α_s gives t, hence a ≈ (α - α_s)/t².  The two differ by the
+    # rules (α_s moves by 0.9 % between them) and the b t⁴ term (|b| t² ≈ 0.2 × 0.02 ≈ 1 % of a
+    # at t ≈ 0.15): 10 % tolerance
+    s = A.spinodal(P, "semantic")
+    assert s.converged and s.kind == "pitchfork" and s.normal_form_a > 0
+    assert s.alpha_pitchfork == s.alpha_spinodal
+    assert "supercritical" in s.message
+    alpha = s.alpha_spinodal + 0.008
+    r = A.fixed_point(alpha, P, "semantic", when_absent="off")
+    assert r.converged and r.branch == "semantic"
+    t = A.amplitude(r, P, "semantic")
+    assert (alpha - s.alpha_spinodal) / t**2 == pytest.approx(s.normal_form_a, rel=0.1)
