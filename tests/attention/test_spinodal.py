@@ -203,3 +203,28 @@ def test_the_normal_form_sign_test_agrees_with_the_solved_branch():
     assert r.converged and r.branch == "semantic"
     t = A.amplitude(r, P, "semantic")
     assert (alpha - s.alpha_spinodal) / t**2 == pytest.approx(s.normal_form_a, rel=0.1)
+
+
+@pytest.mark.slow
+def test_the_positional_branch_at_omega_0_ends_in_a_saddle_node_off_nothing():
+    # ω = 0 (cheap rule throughout, ~2 min under load): the positional fixed point at α = 20,
+    # followed down as α(t), turns at a fold α_sn ≈ 10.30.  Independent check by the
+    # fixed-point iteration warm-started down the branch: it converges on the positional
+    # branch 2 % above the fold and not 2 % below (the fold's α is quadratic in the amplitude
+    # step 1e-3 of the Brent search: error ≪ 2 %)
+    from theory.attention.quadrature import coarse_rule
+
+    rule = coarse_rule()
+    p = A.ERMParams(omega=0.0)
+    top = A.fixed_point(20.0, p, "positional", rule=rule)
+    assert top.converged and top.branch == "positional"
+    s = A.saddle_node(p, "positional", top, rule=rule)
+    assert s.converged and s.kind == "saddle-node" and 5.0 < s.alpha_spinodal < 20.0
+    prev = top
+    for a in np.geomspace(20.0, 1.02 * s.alpha_spinodal, 6)[1:]:
+        prev = A.fixed_point(a, p, "positional", init=prev, rule=rule, when_absent="stop")
+        assert prev.converged and prev.branch == "positional"
+    below = A.fixed_point(
+        0.98 * s.alpha_spinodal, p, "positional", init=prev, rule=rule, when_absent="stop"
+    )
+    assert not (below.converged and below.branch == "positional")

@@ -340,7 +340,8 @@ def transition(
             return early
     spin = {"semantic": spinodal(p, "semantic", alpha_max=alpha_max, hint=hint, rule=rule)}
     if spinodals:
-        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
+        # from low α: the positional eigenvalue may be back below 1 by α = 1 (ω = 0)
+        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule, hint=0.1)
     spin_fields = {f"alpha_spinodal_{b}": s.alpha_spinodal for b, s in spin.items() if s.converged}
     spin_meta = {f"spinodal_{b}": s.message for b, s in spin.items()}
     solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
@@ -651,7 +652,8 @@ def _omega_boundaries(p: ERMParams, alpha_max: float, rule) -> tuple[dict, list[
         b["alpha_semantic"] = s.alpha_spinodal if s.converged else math.inf
         if not s.converged and s.status != "no_spinodal":
             notes.append(f"semantic spinodal: {s.message}")
-    lo = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
+    # the walk starts low: the positional eigenvalue may be back below 1 by α = 1 (ω = 0)
+    lo = spinodal(p, "positional", alpha_max=alpha_max, rule=rule, hint=0.1)
     b["alpha_positional"] = lo.alpha_spinodal if lo.converged else 0.0
     if not lo.converged:
         notes.append(f"positional spinodal: {lo.message}")
@@ -668,7 +670,7 @@ def _omega_boundaries(p: ERMParams, alpha_max: float, rule) -> tuple[dict, list[
         else:
             sn = saddle_node(p, "positional", top, rule=rule)
             if sn.converged and sn.alpha_spinodal > end:
-                b["alpha_positional_fold"] = sn.alpha_spinodal
+                b["alpha_positional_fold"] = float(sn.alpha_spinodal)
             elif not sn.converged:
                 notes.append(f"positional saddle-node: {sn.message}")
     return b, notes
