@@ -228,3 +228,20 @@ def test_the_positional_branch_at_omega_0_ends_in_a_saddle_node_off_nothing():
         0.98 * s.alpha_spinodal, p, "positional", init=prev, rule=rule, when_absent="stop"
     )
     assert not (below.converged and below.branch == "positional")
+
+
+@pytest.mark.slow
+def test_the_positional_branch_at_omega_0_returns_to_the_trivial_point():
+    # ω = 0: the trivial point's m eigenvalue falls back through 1 at α ≈ 0.915 (side "upper"),
+    # supercritically (a < 0: the branch lies below).  Independent check by the fixed-point
+    # iteration: a small-m positional point 3 % below, the trivial point 3 % above
+    from theory.attention.quadrature import coarse_rule
+
+    rule = coarse_rule()
+    p = A.ERMParams(omega=0.0)
+    s = A.spinodal(p, "positional", side="upper", rule=rule)
+    assert s.converged and s.kind == "pitchfork" and s.normal_form_a < 0
+    r = A.fixed_point(0.97 * s.alpha_spinodal, p, "positional", rule=rule, when_absent="off")
+    assert r.converged and r.branch == "positional" and 0 < A.amplitude(r, p, "positional") < 0.3
+    up = A.fixed_point(1.03 * s.alpha_spinodal, p, "positional", rule=rule)
+    assert up.converged and up.branch == "trivial"
