@@ -164,13 +164,13 @@ def test_spinodal_kind_options_are_checked():
 
 
 def test_classify_reads_the_regions_off_the_boundaries():
-    # the ω = 0 picture (cheap rule): semantic from 0.51, positional on (0.057, 0.915) and
+    # the ω = 0 picture (cheap rule): semantic from 0.51, positional on (0.11, 0.915) and
     # again above its saddle-node 10.3, α_c between
     from theory.attention.phases import REGIONS, classify
 
     b = dict(
         alpha_semantic=0.513,
-        alpha_positional=0.057,
+        alpha_positional=0.11,
         alpha_positional_end=0.915,
         alpha_positional_fold=10.3,
         alpha_c=0.7,
