@@ -187,6 +187,23 @@ def test_classify_reads_the_regions_off_the_boundaries():
     assert classify(15.0, b) == "only semantic"
 
 
+def test_regions_result_applies_the_rule_on_its_omegas():
+    from theory.attention.phases import RegionsResult
+
+    cols = dict(
+        alpha_semantic=(0.513, 0.713),
+        alpha_positional=(0.11, 0.057),
+        alpha_positional_end=(0.915, math.nan),
+        alpha_positional_fold=(10.3, math.nan),
+        alpha_c=(0.62, 1.25),
+    )
+    r = RegionsResult(status="converged", omegas=(0.0, 0.3), **cols)
+    assert r.region(5.0, 0.0) == "only semantic" and r.region(5.0, 0.3) == "both, semantic global"
+    assert r.grid([0.3, 0.8, 5.0]).tolist() == [[1, 3, 4], [1, 2, 3]]
+    with pytest.raises(ValueError, match="omega must be one of"):
+        r.region(1.0, 0.2)
+
+
 @pytest.mark.slow
 def test_the_normal_form_sign_test_agrees_with_the_solved_branch():
     # ω = 0.3: spinodal reads a of α = α_s + a t² + b t⁴ (t = θ/√(ρq)) off two points of the
