@@ -214,7 +214,9 @@ def spinodal(
         return SpinodalResult(
             status="no_spinodal",
             message="A_11 ≠ A_22: without the m → -m symmetry the positional branch's "
-            "spinodal is not computed",
+            "spinodal is not computed (it would not be a pitchfork); a fold of the branch can "
+            "be located by saddle_node(params, 'positional', start) from a converged "
+            "positional fixed point (untested for A_11 ≠ A_22)",
             **common,
         )
     # the coarse rule brackets and locates the root (~10 times cheaper), the requested rule
