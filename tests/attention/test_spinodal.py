@@ -262,3 +262,39 @@ def test_the_positional_branch_at_omega_0_returns_to_the_trivial_point():
     assert r.converged and r.branch == "positional" and 0 < A.amplitude(r, p, "positional") < 0.3
     up = A.fixed_point(1.03 * s.alpha_spinodal, p, "positional", rule=rule)
     assert up.converged and up.branch == "trivial"
+
+
+@pytest.mark.slow
+def test_the_regions_at_omega_0_match_the_fixed_points():
+    # ω = 0 on the cheap rule (26 min wall on a ~10-fold shared machine): each boundary of
+    # regions() checked by the fixed-point iteration on both sides -- the semantic start
+    # reaches the semantic branch 10 % above α_s^sem and the trivial point 10 % below; the
+    # positional start is positional on both sides of α_c and not in the gap (end, fold);
+    # the global minimiser (lower ε_t) is positional 10 % below α_c and semantic 10 % above
+    # (margins of 10 %: the boundaries come from other methods -- spinodals, saddle-node,
+    # Brent on Δε_t -- and are sharp)
+    from theory.attention.phases import classify, regions
+    from theory.attention.quadrature import coarse_rule
+
+    rule = coarse_rule()
+    p = A.ERMParams(omega=0.0)
+    r = regions([0.0], p, rule=rule)
+    b = r.rows()[0]
+    assert r.converged, r.message
+    assert b["alpha_positional"] < b["alpha_semantic"] < b["alpha_c"]
+    assert b["alpha_c"] < b["alpha_positional_end"] < b["alpha_positional_fold"]
+
+    def on(alpha, branch):
+        f = A.fixed_point(alpha, p, branch, rule=rule)
+        return f if f.converged and f.branch == branch else None
+
+    assert on(0.9 * b["alpha_semantic"], "semantic") is None
+    assert on(1.1 * b["alpha_semantic"], "semantic") is not None
+    for a, winner in ((0.9 * b["alpha_c"], "positional"), (1.1 * b["alpha_c"], "semantic")):
+        s, q = on(a, "semantic"), on(a, "positional")
+        assert s is not None and q is not None
+        assert (s.eps_t < q.eps_t) == (winner == "semantic")
+        assert r.region(a, 0.0) == f"both, {winner} global"
+    mid = math.sqrt(b["alpha_positional_end"] * b["alpha_positional_fold"])
+    assert on(mid, "positional") is None and on(mid, "semantic") is not None
+    assert classify(mid, b) == "only semantic"
