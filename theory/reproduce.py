@@ -47,6 +47,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.ssi.figures.sie",
     "theory.attention.figures.theory",
     "theory.attention.figures.simulation",
+    "theory.attention.figures.metastability",
     "theory.ssi.figures.phase",
     "theory.ssi.figures.sgd",
     "theory.ssi.figures.gain",

@@ -153,3 +153,148 @@ def test_a_non_symmetric_A_solves_in_as_many_maps_as_the_symmetric_one():
     s = A.fixed_point(1.5, A.ERMParams(omega=0.15), "semantic")
     assert r.converged and r.branch == "semantic" and s.converged
     assert r.iterations <= 1.5 * s.iterations
+
+
+def test_spinodal_kind_options_are_checked():
+    with pytest.raises(ValueError, match="side"):
+        A.spinodal(P, "semantic", side="middle")
+    not_solved = A.ERMResult(alpha=1.0, omega=0.3, status="max_iter", init="positional")
+    with pytest.raises(ValueError, match="converged fixed point"):
+        A.saddle_node(P, "positional", not_solved)
+
+
+def test_classify_reads_the_regions_off_the_boundaries():
+    # the ω = 0 picture (cheap rule): semantic from 0.51, positional on (0.11, 0.915) and
+    # again above its saddle-node 10.3, α_c between
+    from theory.attention.phases import REGIONS, classify
+
+    b = dict(
+        alpha_semantic=0.513,
+        alpha_positional=0.11,
+        alpha_positional_end=0.915,
+        alpha_positional_fold=10.3,
+        alpha_c=0.7,
+    )
+    got = [classify(a, b) for a in (0.03, 0.3, 0.6, 0.8, 5.0, 15.0)]
+    assert got == [REGIONS[k] for k in (0, 1, 2, 3, 4, 3)]
+    # no gap (nan end), no transition below alpha_max (inf), and α_c not found (nan)
+    b.update(alpha_positional_end=math.nan, alpha_c=math.inf)
+    assert classify(15.0, b) == "both, positional global"
+    b.update(alpha_c=math.nan)
+    assert classify(15.0, b) == "both, global undetermined"
+    # positional absent above its end when no saddle-node brings it back (inf fold)
+    b.update(alpha_positional_end=0.915, alpha_positional_fold=math.inf)
+    assert classify(15.0, b) == "only semantic"
+
+
+def test_regions_result_applies_the_rule_on_its_omegas():
+    from theory.attention.phases import RegionsResult
+
+    cols = dict(
+        alpha_semantic=(0.513, 0.713),
+        alpha_positional=(0.11, 0.057),
+        alpha_positional_end=(0.915, math.nan),
+        alpha_positional_fold=(10.3, math.nan),
+        alpha_c=(0.62, 1.25),
+    )
+    r = RegionsResult(status="converged", omegas=(0.0, 0.3), **cols)
+    assert r.region(5.0, 0.0) == "only semantic" and r.region(5.0, 0.3) == "both, semantic global"
+    assert r.grid([0.3, 0.8, 5.0]).tolist() == [[1, 3, 4], [1, 2, 3]]
+    with pytest.raises(ValueError, match="omega must be one of"):
+        r.region(1.0, 0.2)
+
+
+@pytest.mark.slow
+def test_the_normal_form_sign_test_agrees_with_the_solved_branch():
+    # ω = 0.3: spinodal reads a of α = α_s + a t² + b t⁴ (t = θ/√(ρq)) off two points of the
+    # branch solved as α(t) on the cheap rule; independently, the fixed-point iteration on the
+    # default rule a little above α_s gives t, hence a ≈ (α - α_s)/t².  The two differ by the
+    # rules (α_s moves by 0.9 % between them) and the b t⁴ term (|b| t² ≈ 0.2 × 0.02 ≈ 1 % of a
+    # at t ≈ 0.15): 10 % tolerance
+    s = A.spinodal(P, "semantic")
+    assert s.converged and s.kind == "pitchfork" and s.normal_form_a > 0
+    assert s.alpha_pitchfork == s.alpha_spinodal
+    assert "supercritical" in s.message
+    alpha = s.alpha_spinodal + 0.008
+    r = A.fixed_point(alpha, P, "semantic", when_absent="off")
+    assert r.converged and r.branch == "semantic"
+    t = A.amplitude(r, P, "semantic")
+    assert (alpha - s.alpha_spinodal) / t**2 == pytest.approx(s.normal_form_a, rel=0.1)
+
+
+@pytest.mark.slow
+def test_the_positional_branch_at_omega_0_ends_in_a_saddle_node_off_nothing():
+    # ω = 0 (cheap rule throughout, ~2 min under load): the positional fixed point at α = 20,
+    # followed down as α(t), turns at a fold α_sn ≈ 10.30.  Independent check by the
+    # fixed-point iteration warm-started down the branch: it converges on the positional
+    # branch 2 % above the fold and not 2 % below (the fold's α is quadratic in the amplitude
+    # step 1e-3 of the Brent search: error ≪ 2 %)
+    from theory.attention.quadrature import coarse_rule
+
+    rule = coarse_rule()
+    p = A.ERMParams(omega=0.0)
+    top = A.fixed_point(20.0, p, "positional", rule=rule)
+    assert top.converged and top.branch == "positional"
+    s = A.saddle_node(p, "positional", top, rule=rule)
+    assert s.converged and s.kind == "saddle-node" and 5.0 < s.alpha_spinodal < 20.0
+    prev = top
+    for a in np.geomspace(20.0, 1.02 * s.alpha_spinodal, 6)[1:]:
+        prev = A.fixed_point(a, p, "positional", init=prev, rule=rule, when_absent="stop")
+        assert prev.converged and prev.branch == "positional"
+    below = A.fixed_point(
+        0.98 * s.alpha_spinodal, p, "positional", init=prev, rule=rule, when_absent="stop"
+    )
+    assert not (below.converged and below.branch == "positional")
+
+
+@pytest.mark.slow
+def test_the_positional_branch_at_omega_0_returns_to_the_trivial_point():
+    # ω = 0: the trivial point's m eigenvalue falls back through 1 at α ≈ 0.915 (side "upper"),
+    # supercritically (a < 0: the branch lies below).  Independent check by the fixed-point
+    # iteration: a small-m positional point 3 % below, the trivial point 3 % above
+    from theory.attention.quadrature import coarse_rule
+
+    rule = coarse_rule()
+    p = A.ERMParams(omega=0.0)
+    s = A.spinodal(p, "positional", side="upper", rule=rule)
+    assert s.converged and s.kind == "pitchfork" and s.normal_form_a < 0
+    r = A.fixed_point(0.97 * s.alpha_spinodal, p, "positional", rule=rule, when_absent="off")
+    assert r.converged and r.branch == "positional" and 0 < A.amplitude(r, p, "positional") < 0.3
+    up = A.fixed_point(1.03 * s.alpha_spinodal, p, "positional", rule=rule)
+    assert up.converged and up.branch == "trivial"
+
+
+@pytest.mark.slow
+def test_the_regions_at_omega_0_match_the_fixed_points():
+    # ω = 0 on the cheap rule (26 min wall on a ~10-fold shared machine): each boundary of
+    # regions() checked by the fixed-point iteration on both sides -- the semantic start
+    # reaches the semantic branch 10 % above α_s^sem and the trivial point 10 % below; the
+    # positional start is positional on both sides of α_c and not in the gap (end, fold);
+    # the global minimiser (lower ε_t) is positional 10 % below α_c and semantic 10 % above
+    # (margins of 10 %: the boundaries come from other methods -- spinodals, saddle-node,
+    # Brent on Δε_t -- and are sharp)
+    from theory.attention.phases import classify, regions
+    from theory.attention.quadrature import coarse_rule
+
+    rule = coarse_rule()
+    p = A.ERMParams(omega=0.0)
+    r = regions([0.0], p, rule=rule)
+    b = r.rows()[0]
+    assert r.converged, r.message
+    assert b["alpha_positional"] < b["alpha_semantic"] < b["alpha_c"]
+    assert b["alpha_c"] < b["alpha_positional_end"] < b["alpha_positional_fold"]
+
+    def on(alpha, branch):
+        f = A.fixed_point(alpha, p, branch, rule=rule)
+        return f if f.converged and f.branch == branch else None
+
+    assert on(0.9 * b["alpha_semantic"], "semantic") is None
+    assert on(1.1 * b["alpha_semantic"], "semantic") is not None
+    for a, winner in ((0.9 * b["alpha_c"], "positional"), (1.1 * b["alpha_c"], "semantic")):
+        s, q = on(a, "semantic"), on(a, "positional")
+        assert s is not None and q is not None
+        assert (s.eps_t < q.eps_t) == (winner == "semantic")
+        assert r.region(a, 0.0) == f"both, {winner} global"
+    mid = math.sqrt(b["alpha_positional_end"] * b["alpha_positional_fold"])
+    assert on(mid, "positional") is None and on(mid, "semantic") is not None
+    assert classify(mid, b) == "only semantic"

@@ -41,7 +41,13 @@ from theory.attention.phases import (
 from theory.attention.proximal import ProxResult, prox, prox_rows
 from theory.attention.quadrature import Rule, make_rule
 from theory.attention.solver import BRANCHES, ERMResult, fixed_point, label_branch
-from theory.attention.spinodal import SpinodalResult, bifurcation_eigenvalue, spinodal
+from theory.attention.spinodal import (
+    SpinodalResult,
+    amplitude,
+    bifurcation_eigenvalue,
+    saddle_node,
+    spinodal,
+)
 from theory.attention.state_equations import (
     free_energy,
     hats_from_channel,
@@ -64,6 +70,7 @@ __all__ = [
     "SpinodalResult",
     "TrackingResult",
     "TransitionResult",
+    "amplitude",
     "as_params",
     "bifurcation_eigenvalue",
     "curve",
@@ -83,6 +90,7 @@ __all__ = [
     "prox",
     "prox_rows",
     "run_gamp",
+    "saddle_node",
     "simulate_gd",
     "softmax_diag",
     "state_evolution",

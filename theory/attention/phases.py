@@ -6,7 +6,9 @@ linear baseline, and the (α, ω) phase diagram.
 * :func:`global_minimiser` keeps, per α, the converged fixed point with the lowest ε_t;
 * :func:`transition` brackets Δε_t = ε_t(semantic) - ε_t(positional) and refines its root by
   Brent (:func:`theory.solve.bracket`, :func:`theory.solve.find_root`), then α_l likewise;
-* :func:`phase_diagram` does it for several ω, continued from one ω to the next.
+* :func:`phase_diagram` does it for several ω, continued from one ω to the next;
+* :func:`regions` draws the theory regions of the (α, ω) plane: where each branch exists
+  (its spinodals, :mod:`theory.attention.spinodal`) and which one is global (α_c).
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ from theory.solve import bracket, extrapolate, find_root, sweep
 __all__ = [
     "CurveResult",
     "PhaseDiagramResult",
+    "REGIONS",
+    "RegionsResult",
     "TransitionResult",
+    "classify",
     "curve",
     "global_minimiser",
     "phase_diagram",
     "point_row",
+    "regions",
     "transition",
 ]
 
@@ -334,7 +340,8 @@ def transition(
             return early
     spin = {"semantic": spinodal(p, "semantic", alpha_max=alpha_max, hint=hint, rule=rule)}
     if spinodals:
-        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
+        # from low α: the positional eigenvalue may be back below 1 by α = 1 (ω = 0)
+        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule, hint=0.1)
     spin_fields = {f"alpha_spinodal_{b}": s.alpha_spinodal for b, s in spin.items() if s.converged}
     spin_meta = {f"spinodal_{b}": s.message for b, s in spin.items()}
     solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
@@ -541,4 +548,177 @@ def phase_diagram(
         status="converged" if not bad else "max_iter",
         message="" if not bad else f"no transition found at omega = {bad}",
         params=p.to_dict(),
+    )
+
+
+#: the regions of the (α, ω) plane (docs/attention.md §7), in the order of their codes
+REGIONS = (
+    "neither",
+    "only positional",
+    "both, positional global",
+    "both, semantic global",
+    "only semantic",
+    "both, global undetermined",
+)
+#: the boundaries of one ω (fields of :class:`RegionsResult`, one value per ω)
+BOUNDARIES = (
+    "alpha_semantic",
+    "alpha_positional",
+    "alpha_positional_end",
+    "alpha_positional_fold",
+    "alpha_c",
+)
+
+
+def classify(alpha: float, b: Mapping) -> str:
+    """The region (:data:`REGIONS`) of ``alpha`` given one ω's boundaries ``b``
+    (:data:`BOUNDARIES`).  The semantic branch exists for α > alpha_semantic; the positional
+    one for α > alpha_positional except in the gap alpha_positional_end < α <
+    alpha_positional_fold (nan end: no gap; nan fold: absent above the end); where both exist
+    the semantic one is global above alpha_c (inf: positional global everywhere, nan:
+    undetermined)."""
+
+    def above(key):
+        v = b[key]
+        return v is not None and math.isfinite(v) and alpha > v
+
+    sem = above("alpha_semantic")
+    end, fold = b["alpha_positional_end"], b["alpha_positional_fold"]
+    gap = end is not None and math.isfinite(end) and alpha > end
+    if gap and fold is not None and math.isfinite(fold):
+        gap = alpha < fold
+    pos = (b["alpha_positional"] is not None and alpha > b["alpha_positional"]) and not gap
+    if sem and pos:
+        ac = b["alpha_c"]
+        if ac is None or math.isnan(ac):
+            return REGIONS[5]
+        return REGIONS[3] if alpha > ac else REGIONS[2]
+    return REGIONS[4] if sem else REGIONS[1] if pos else REGIONS[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionsResult(Result):
+    """The theory regions of the (α, ω) plane: per ω of ``omegas`` the boundaries
+    ``alpha_semantic`` (the semantic branch's spinodal: its pitchfork or, subcritical, its
+    fold), ``alpha_positional`` (the positional branch's lower spinodal; 0 when the
+    eigenvalue is above 1 down to α = 1e-3), ``alpha_positional_end`` (where the positional
+    branch returns to the trivial point in a supercritical pitchfork; nan: it does not
+    below ``alpha_max``), ``alpha_positional_fold`` (where the positional branch found at
+    ``alpha_max`` begins, a saddle-node; nan: no gap; inf: none at ``alpha_max``),
+    ``alpha_c`` (:func:`transition`; inf: "no_transition", nan: not found).
+    ``region(alpha, omega)`` classifies (ω one of ``omegas``; :func:`classify`);
+    ``grid(alphas)``: the codes (indices of :data:`REGIONS`), shape (len(omegas),
+    len(alphas)); ``rows()``: one row of boundaries per ω."""
+
+    omegas: tuple = ()
+    alpha_semantic: tuple = ()
+    alpha_positional: tuple = ()
+    alpha_positional_end: tuple = ()
+    alpha_positional_fold: tuple = ()
+    alpha_c: tuple = ()
+    alpha_max: float = math.nan
+
+    def rows(self) -> list[dict]:
+        return [
+            dict(omega=w, **{k: getattr(self, k)[i] for k in BOUNDARIES})
+            for i, w in enumerate(self.omegas)
+        ]
+
+    def region(self, alpha: float, omega: float) -> str:
+        i = [j for j, w in enumerate(self.omegas) if math.isclose(w, omega, abs_tol=1e-12)]
+        if not i:
+            raise ValueError(f"omega must be one of the computed {list(self.omegas)}")
+        return classify(alpha, self.rows()[i[0]])
+
+    def grid(self, alphas: ArrayLike) -> np.ndarray:
+        rows = self.rows()
+        return np.array([[REGIONS.index(classify(a, r)) for a in alphas] for r in rows])
+
+
+def _omega_boundaries(p: ERMParams, alpha_max: float, rule) -> tuple[dict, list[str]]:
+    """One ω's :data:`BOUNDARIES` and the notes on them (see :class:`RegionsResult`)."""
+    from theory.attention.spinodal import saddle_node
+
+    notes = []
+    t = transition(p, alpha_max=alpha_max, spinodals=False, rule=rule)
+    b = dict(
+        alpha_c=math.inf if t.status == "no_transition" else t.alpha_c,
+        alpha_semantic=t.alpha_spinodal_semantic,
+    )
+    if t.status not in ("converged", "no_transition"):
+        notes.append(f"alpha_c: {t.message}")
+    if not math.isfinite(b["alpha_semantic"]):
+        s = spinodal(p, "semantic", alpha_max=alpha_max, rule=rule)
+        b["alpha_semantic"] = s.alpha_spinodal if s.converged else math.inf
+        if not s.converged and s.status != "no_spinodal":
+            notes.append(f"semantic spinodal: {s.message}")
+    # the walk starts low: the positional eigenvalue may be back below 1 by α = 1 (ω = 0)
+    lo = spinodal(p, "positional", alpha_max=alpha_max, rule=rule, hint=0.1)
+    b["alpha_positional"] = lo.alpha_spinodal if lo.converged else 0.0
+    if not lo.converged:
+        notes.append(f"positional spinodal: {lo.message}")
+    hint = max(1.0, 1.25 * b["alpha_positional"])
+    up = spinodal(p, "positional", alpha_max=alpha_max, rule=rule, side="upper", hint=hint)
+    end = math.nan
+    if up.converged and (up.kind == "saddle-node" or up.normal_form_a < 0):
+        end = up.alpha_spinodal  # the branch from below ends there
+    b["alpha_positional_end"], b["alpha_positional_fold"] = end, math.nan
+    if math.isfinite(end):
+        top = fixed_point(alpha_max, p, "positional", rule=rule, when_absent="stop")
+        if not (top.converged and top.branch == "positional"):
+            b["alpha_positional_fold"] = math.inf
+        else:
+            sn = saddle_node(p, "positional", top, rule=rule)
+            if sn.converged and sn.alpha_spinodal > end:
+                b["alpha_positional_fold"] = float(sn.alpha_spinodal)
+            elif not sn.converged:
+                notes.append(f"positional saddle-node: {sn.message}")
+    return b, notes
+
+
+def regions(
+    omegas: ArrayLike,
+    params: ERMParams | Mapping | None = None,
+    *,
+    alpha_max: float = ALPHA_MAX,
+    rule=None,
+    method: str = "split",
+    nodes: int | None = None,
+    progress: bool = False,
+    on_row: Callable[[list[dict]], None] | None = None,
+) -> RegionsResult:
+    """The theory regions of the (α, ω) plane (:data:`REGIONS`) on the grid ``omegas``: per ω
+    the semantic spinodal and α_c (:func:`transition`), the positional branch's lower spinodal,
+    its upper one (``side="upper"``) and, where it returns to the trivial point there, the
+    saddle-node of the positional branch found at ``alpha_max``
+    (:func:`~theory.attention.spinodal.saddle_node`).  Assumes one α_c per ω (the semantic
+    branch global above it wherever both exist).  ``on_row(rows)`` after every ω."""
+    p = as_params(params)
+    alpha_max = check_alpha_max(alpha_max)
+    if rule is None:
+        rule = make_rule(method, nodes)
+    ws = [float(w) for w in np.atleast_1d(np.asarray(omegas, float))]
+    it = ws
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(ws, desc="erm regions")
+    cols: dict[str, list] = {k: [] for k in BOUNDARIES}
+    notes, rows = [], []
+    for w in it:
+        b, nb = _omega_boundaries(p.replace(omega=w), alpha_max, rule)
+        for k in BOUNDARIES:
+            cols[k].append(float(b[k]))
+        notes += [f"omega={w:g}: {n}" for n in nb]
+        rows.append(dict(omega=w, **b))
+        if on_row is not None:
+            on_row(rows)
+    return RegionsResult(
+        status="converged" if not notes else "max_iter",
+        message="; ".join(notes),
+        omegas=tuple(ws),
+        alpha_max=alpha_max,
+        params=p.to_dict(),
+        metadata=rule.describe(),
+        **{k: tuple(v) for k, v in cols.items()},
     )

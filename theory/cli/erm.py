@@ -316,6 +316,9 @@ SPINODAL_FIELDS = (
     "branch",
     "alpha_spinodal",
     "kind",
+    "side",
+    "alpha_pitchfork",
+    "normal_form_a",
     "base",
     "alpha_max",
     "status",
@@ -334,8 +337,28 @@ def cmd_spinodal(args):
     from theory.attention import spinodal
 
     p = _params(args)
-    s = spinodal(p, args.branch, alpha_max=args.alpha_max, rule=_rule(args))
+    s = spinodal(p, args.branch, alpha_max=args.alpha_max, rule=_rule(args), side=args.side)
     return _emit_result(args, s, SPINODAL_FIELDS, "no_spinodal")
+
+
+def cmd_regions(args):
+    from theory.attention import phases
+
+    p = _params(args, omega=0.0)
+    omegas = [float(w) for w in parse_range(args.omegas)]
+    for w in omegas:
+        p.replace(omega=w)  # validate every ω up front
+    r = phases.regions(
+        omegas,
+        p,
+        alpha_max=args.alpha_max,
+        rule=_rule(args),
+        progress=not args.json and not args.no_progress,
+    )
+    emit(
+        args, dict(rows=r.rows(), regions=list(phases.REGIONS), status=r.status, message=r.message)
+    )
+    return 0 if r.converged else 1
 
 
 PD_COLUMNS = ("omega", "alpha_c", "alpha_l", "eps_g_lin", "alpha_l_branch", "status", "message")
@@ -598,7 +621,9 @@ def register(subparsers):
         help="where a branch begins: the α at which it leaves the trivial fixed point",
         description="The spinodal α_s of the semantic (or positional) branch: the α where "
         "the trivial fixed point's eigenvalue in the θ (m) direction crosses 1, a pitchfork; "
-        "the branch exists above it.",
+        "the branch exists above it.  Its kind is checked from the branch's normal form "
+        "(normal_form_a): a subcritical pitchfork is followed to its fold, reported as "
+        "kind saddle-node with alpha_pitchfork beside it.",
     )
     _model_args(p)
     p.add_argument(
@@ -607,8 +632,29 @@ def register(subparsers):
         choices=("semantic", "positional"),
         help="the branch (default semantic)",
     )
+    p.add_argument(
+        "--side",
+        default="lower",
+        choices=("lower", "upper"),
+        help="lower: where the branch begins (default); upper: where it returns to the "
+        "trivial point at larger α (the positional branch at small ω)",
+    )
     _alpha_max_arg(p)
     _theory_tail(p, cmd_spinodal)
+
+    p = sub.add_parser(
+        "regions",
+        help="the theory regions of the (α, ω) plane: which branches exist, which is global",
+        description="Per ω the boundaries of the regions (only positional / both, positional "
+        "global / both, semantic global / only semantic / neither): the semantic spinodal, the "
+        "positional branch's lower and upper spinodals and saddle-node, and α_c.  Slow: a "
+        "transition and three spinodals per ω.",
+    )
+    p.add_argument("--omegas", required=True, help="START:STOP:N (inclusive) or a,b,c")
+    _model_args(p, omega=False)
+    _alpha_max_arg(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _theory_tail(p, cmd_regions)
 
     p = sub.add_parser(
         "phase-diagram",

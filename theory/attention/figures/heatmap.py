@@ -53,11 +53,12 @@ def cell_edges(centres) -> np.ndarray:
     return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
 
 
-def draw_heatmap(fig, ax, alphas, omegas, values, *, label: str, cmap="RdBu_r"):
+def draw_heatmap(fig, ax, alphas, omegas, values, *, label: str, cmap="RdBu_r", sequential=False):
     """Draw ``values`` (shape ``(len(omegas), len(alphas))``, NaN = no data) on ``ax``; return
     the colour bar.  The frame is the grid (no margin); NaN cells show a grey hatch.  0 is
-    the colour map's centre; with both signs present each side has its own round limit."""
-    from matplotlib.colors import TwoSlopeNorm
+    the colour map's centre; with both signs present each side has its own round limit.
+    ``sequential``: values ≥ 0 on [0, a round limit] of ``cmap`` (e.g. "Reds")."""
+    from matplotlib.colors import Normalize, TwoSlopeNorm
     from matplotlib.patches import Patch, Rectangle
 
     values = np.asarray(values, float)
@@ -84,12 +85,17 @@ def draw_heatmap(fig, ax, alphas, omegas, values, *, label: str, cmap="RdBu_r"):
             zorder=0,
         )
     )
-    norm = TwoSlopeNorm(0.0, -lim_lo / scale, lim_hi / scale)
+    if sequential:
+        norm = Normalize(0.0, lim_hi / scale)
+        ticks = np.linspace(0.0, lim_hi, 5)
+    else:
+        norm = TwoSlopeNorm(0.0, -lim_lo / scale, lim_hi / scale)
+        ticks = np.array([-lim_lo, -lim_lo / 2, 0.0, lim_hi / 2, lim_hi])
     pc = ax.pcolormesh(xe, ye, values / scale, cmap=cmap, norm=norm, zorder=1)
     ax.set_xlim(xe[0], xe[-1])
     ax.set_ylim(ye[0], ye[-1])
     cb = fig.colorbar(pc, ax=ax, pad=0.02)
-    cb.set_ticks(np.array([-lim_lo, -lim_lo / 2, 0.0, lim_hi / 2, lim_hi]) / scale)
+    cb.set_ticks(ticks / scale)
     cb.ax.yaxis.set_major_formatter("{x:.3g}")
     cb.set_label(label + (rf"  [$\times 10^{{{k}}}$]" if k else ""))
     if np.isnan(values).any():
