@@ -341,7 +341,7 @@ def transition(
     spin = {"semantic": spinodal(p, "semantic", alpha_max=alpha_max, hint=hint, rule=rule)}
     if spinodals:
         # from low α: the positional eigenvalue may be back below 1 by α = 1 (ω = 0)
-        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule, hint=0.1)
+        spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
     spin_fields = {f"alpha_spinodal_{b}": s.alpha_spinodal for b, s in spin.items() if s.converged}
     spin_meta = {f"spinodal_{b}": s.message for b, s in spin.items()}
     solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
@@ -653,7 +653,7 @@ def _omega_boundaries(p: ERMParams, alpha_max: float, rule) -> tuple[dict, list[
         if not s.converged and s.status != "no_spinodal":
             notes.append(f"semantic spinodal: {s.message}")
     # the walk starts low: the positional eigenvalue may be back below 1 by α = 1 (ω = 0)
-    lo = spinodal(p, "positional", alpha_max=alpha_max, rule=rule, hint=0.1)
+    lo = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
     b["alpha_positional"] = lo.alpha_spinodal if lo.converged else 0.0
     if not lo.converged:
         notes.append(f"positional spinodal: {lo.message}")

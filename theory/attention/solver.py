@@ -289,6 +289,8 @@ def _absent(alpha, p, branch, kw, **more) -> ERMResult:
     from theory.attention.spinodal import spinodal
 
     s = spinodal(p, branch, hint=alpha, rule=kw["rule"])
+    if not s.converged:  # the bracket grown from α can miss a root the default start finds
+        s = spinodal(p, branch, rule=kw["rule"])
     where = (
         f"its spinodal is α_s = {s.alpha_spinodal:.6g} ({s.kind}: it exists for α > α_s)"
         if s.converged
@@ -299,6 +301,15 @@ def _absent(alpha, p, branch, kw, **more) -> ERMResult:
         if r.converged and r.branch == branch:
             r.metadata.update(alpha_spinodal=s.alpha_spinodal)
             return r
+        # above its onset yet not found: the branch may have ended again (the positional branch
+        # at small ω returns to the trivial point at large α, docs/attention.md §6)
+        e = spinodal(p, branch, hint=alpha, rule=kw["rule"], side="upper")
+        if e.converged and s.alpha_spinodal < e.alpha_spinodal < alpha:
+            where = (
+                f"it exists for {s.alpha_spinodal:.6g} < α < {e.alpha_spinodal:.6g}, between "
+                f"its onset ({s.kind}) and its end ({e.kind}); `theory erm regions` gives where "
+                "it re-appears"
+            )
     base = "trivial"
     r = fixed_point(alpha, p, base, when_absent="stop", **kw, **more)
     if not r.converged:

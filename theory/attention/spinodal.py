@@ -66,6 +66,9 @@ DELTA = 1e-3
 #: iteration cap of a base point's solve (where the trivial point ceases to exist -- λ + σ²V̂
 #: reaches 0, e.g. ω = 0.95, α ≈ 3 -- the iteration would otherwise wander for long)
 BASE_MAX_ITER = 60
+#: where the bracket of each branch's lower spinodal starts by default (the positional branch
+#: leaves the trivial point at small α: 0.0575 at ω = 0.3, 0.1095 at ω = 0)
+DEFAULT_HINT = {"semantic": 1.0, "positional": 0.1}
 #: the direction in which each branch leaves its base point
 DIRECTION = {"semantic": "theta", "positional": "m"}
 #: the amplitudes t at which the branch is solved to read off its normal form (cheap rule):
@@ -191,7 +194,8 @@ def spinodal(
     side: str = "lower",
 ) -> SpinodalResult:
     """The spinodal α_s of ``branch`` ("semantic" or "positional"): the root of λ(α) = 1 of
-    :func:`bifurcation_eigenvalue` at the base fixed point, bracketed from ``hint`` (default 1)
+    :func:`bifurcation_eigenvalue` at the base fixed point, bracketed from ``hint`` (default
+    :data:`DEFAULT_HINT`: 1 semantic, 0.1 positional)
     in [1e-3, ``alpha_max``] and refined by Brent to ``xtol`` (relative to α).  Each base point
     is warm-started from the nearest ones already solved.  Then its kind (module docstring):
     a subcritical pitchfork is followed to its fold, the saddle-node reported.
@@ -223,7 +227,7 @@ def spinodal(
     # refines it from there (a bracket of ±1 %, typically 3-5 evaluations)
     cheap = coarse_rule()
     two = rule.method == "split" and rule.cost > 2 * cheap.cost
-    a0 = min(max(float(hint) if hint else 1.0, ALPHA_MIN), alpha_max)
+    a0 = min(max(float(hint) if hint else DEFAULT_HINT[branch], ALPHA_MIN), alpha_max)
     rc, solved = _eigen_root(
         p, branch, base_branch, cheap if two else rule, a0, 1.25, xtol, alpha_max, sign=sign
     )
