@@ -4,6 +4,7 @@ Independent references: the L = 2 code's closed-form baseline (2-D Gauss-Hermite
 α_c(ω), α_l(ω) (split rule, its own prox and solver); the finite-d least-squares linear fit;
 finite-d L-BFGS restarts (the L = 2 control of docs/findings.md §3)."""
 
+import json
 import math
 
 import numpy as np
@@ -71,6 +72,15 @@ def test_cli_general_transition_bad_input_exits_2_with_one_line(capsys):
     assert code == 2 and "each branch must be one of" in err and len(err.strip().splitlines()) == 1
 
 
+def test_cli_general_transition_json_reports_the_time_bound(capsys):
+    argv = ["erm", "general-transition", "--L", "3", "--max-time", "1e-9", "--n", "256"]
+    code = main([*argv, "--n-rep", "2", "--no-rs", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["status"] == "max_iter" and "max_time" in out["message"]
+    assert out["branches"] == ["semantic", "positional"] and out["params"]["L"] == 3
+    assert out["alpha_c"] is None and out["eps_g_lin"] > 0
+
+
 def test_transition_out_of_time_is_reported():
     r = pg.transition(pg.GeneralParams(), max_time=1e-9, n=256, n_rep=2, rs=False)
     assert r.status == "max_iter" and "max_time" in r.message and math.isnan(r.alpha_c)
@@ -120,3 +130,30 @@ def test_rs_check_at_L3_positional_is_not_trusted_and_semantic_is():
     assert cp.tolerance == pytest.approx(0.05)
     assert cp.rs_stable is False and cp.overlap_ratio < 0.7, cp.message
     assert cs.rs_stable is True and cs.overlap_ratio > 1 - cs.tolerance, cs.message
+
+
+# --------------------------------------------------------------------------- α_c at L = 2
+
+
+#: L = 2 code (split rule, xtol 1e-4; BENCHMARKS.md "ERM"): α_c(ω), α_l(ω)
+L2_REFERENCE = {0.3: (1.25154, 1.49227), 0.2: (0.94793, 1.11709)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("omega", [0.3, 0.2])
+def test_L2_general_transition_reproduces_the_L2_alpha_c(omega):
+    ac, al = L2_REFERENCE[omega]
+    r = pg.transition(pg.GeneralParams(omega=omega), hint=ac, step=1.05)
+    assert r.status == "converged", r.message
+    # tolerance: 4 QMC standard errors of α_c (spread of Δε_t over the 4 scramblings over its
+    # slope) plus Brent's xtol (1e-3) plus the L = 2 reference's own accuracy (~1e-4)
+    tol = 4 * r.alpha_c_err + 1e-3 + 1e-4
+    assert r.alpha_c_err < 0.03 and abs(r.alpha_c - ac) < tol
+    # α_l is on the semantic branch above α_c (as at L = 2); its error is that of ε_g on the
+    # frozen nodes, ~4x that of α_c in this regime (ε_g's slope is flatter): 5 % relative
+    assert r.alpha_l_branch == "semantic" and r.alpha_l == pytest.approx(al, rel=0.05)
+    assert r.eps_g_lin == pytest.approx(ps.linear_baseline(ps.ERMParams(omega=omega)), rel=1e-3)
+    # the L = 2 fixed points are RS (restarts end in one minimum, docs/findings.md §3)
+    assert r.rs_check == "restarts" and r.rs_stable == {"semantic": True, "positional": True}
+    assert "RS not trusted" not in r.message
+    json.dumps(r.to_dict())
