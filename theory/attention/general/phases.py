@@ -238,7 +238,9 @@ def transition(
         return b == "free" or r.branch == b or (b == "positional" and r.branch == "trivial")
 
     def warm(a, b):
-        good = sorted((x for x, r in solved[b].items() if ok(r, b)), key=lambda x: abs(x - a))
+        # warm starts from the branch itself (not from a trivial point standing in for it)
+        good = [x for x, r in solved[b].items() if ok(r, b) and r.branch != "trivial"]
+        good = sorted(good, key=lambda x: abs(x - a))
         if not good:
             return inits.get(b)
         if len(good) < 2:
@@ -257,11 +259,12 @@ def transition(
             raise _OutOfTime
         start = warm(a, b)
         r = fixed_point(a, p, b, init=start, **fp_kwargs)
-        if not ok(r, b) and start is not None and b not in inits:
+        gone = "collapsed" in r.message  # the branch ended: a cold start would end there too
+        if not ok(r, b) and not gone and start is not None and b not in inits:
             r2 = fixed_point(a, p, b, **fp_kwargs)  # the warm start may have jumped: cold
             if ok(r2, b):
                 r = r2
-        if b == "positional" and r.metadata.get("collapsed", "collapsed" in r.message):
+        if b == "positional" and "collapsed" in r.message:
             # the positional branch ends on the trivial point: solve that point (m = 0 exactly
             # is invariant, so the collapse stop cannot fire) as the θ = 0 sector's state
             triv = fixed_point(a, p, b, init=dict(m=np.zeros((p.L, p.r))), **fp_kwargs)
