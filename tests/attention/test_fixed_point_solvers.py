@@ -238,3 +238,15 @@ def test_find_root_and_bracket_locate_a_known_root():
     h = lambda a: (a - 2.0) if a < 2.6 else math.nan
     gb = bracket(h, 1.0, sign_below=-1.0)
     assert find_root(h, gb).root == pytest.approx(2.0, abs=1e-6)
+
+
+def test_extrapolate_matrix_order_parameters_entry_by_entry():
+    from theory.solve import extrapolate
+
+    # linear in x entry by entry: the exact line through the two points (closed form)
+    prev = [dict(q=np.array([[1.0, 0.2], [0.2, 2.0]])), dict(q=np.array([[1.5, 0.1], [0.1, 2.5]]))]
+    out = extrapolate(prev, [1.0, 2.0], 3.0, ["q"])["q"]
+    # (1, 1) and (2, 2) follow the line; (1, 2) would reach 0.0 (a zero): it keeps the last 0.1
+    np.testing.assert_allclose(out, [[2.0, 0.1], [0.1, 3.0]], atol=1e-14)
+    # a scalar keeps the scalar rule
+    assert extrapolate([dict(v=1.0), dict(v=2.0)], [0.0, 1.0], 2.0, ["v"])["v"] == 3.0

@@ -1,4 +1,5 @@
-"""``theory erm general-fixed-point``, ``general-simulate`` and ``general-fixed-m``: the
+"""``theory erm general-fixed-point``, ``general-simulate``, ``general-fixed-m`` and
+``general-transition``: the
 general model of docs/attention.md §10 (any L, ranks r and r_t, any A and encodings).  Wired
 into ``theory erm`` by ``theory.cli.erm`` through :func:`add_parsers`."""
 
@@ -165,8 +166,49 @@ def cmd_fixed_m(args):
     return 0 if r.converged else 1
 
 
+def cmd_transition(args):
+    from theory.attention.general import transition
+
+    p = _params(args)
+    branches = tuple(b.strip() for b in str(args.branches).split(",") if b.strip())
+    r = transition(
+        p,
+        branches,
+        hint=args.hint,
+        xtol=args.xtol,
+        alpha_max=args.alpha_max,
+        max_time=args.max_time,
+        n=args.n,
+        n_rep=args.n_rep,
+        rng=args.seed,
+        rs=not args.no_rs,
+        rs_d=args.rs_d,
+        rs_restarts=args.rs_restarts,
+        progress=args.progress,
+    )
+    err = f" ± {r.alpha_c_err:.2g}" if r.alpha_c_err is not None else ""
+    lines = [
+        f"L={p.L} r={p.r} r_t={p.r_t} omega={p.omega:g} branches {r.branches[0]} (above) / "
+        f"{r.branches[1]} (below): status={r.status}",
+        f"alpha_c   = {r.alpha_c:.6g}{err}",
+        f"alpha_l   = {r.alpha_l:.6g} ({r.alpha_l_branch or '-'})",
+        f"eps_g_lin = {r.eps_g_lin:.6g} ± {r.eps_g_lin_err:.2g}",
+    ]
+    for b, fp in r.fixed_points.items():
+        lines.append(
+            f"at alpha_c, {b}: eps_t={fp['eps_t']:.6g} eps_g={fp['eps_g']:.6g} q={_fmt(fp['q'])} "
+            f"m={_fmt(fp['m'])} theta={_fmt(fp['theta'])} RS stable={r.rs_stable.get(b)} "
+            f"(q_ab/q={r.rs_overlap_ratio.get(b, float('nan')):.4g})"
+        )
+    if r.message:
+        lines.append(f"message: {r.message}")
+    emit(args, r.to_dict(), "\n".join(lines))
+    return 0 if r.status in ("converged", "no_transition") else 1
+
+
 def add_parsers(erm_subparsers) -> None:
-    """Add ``general-fixed-point`` and ``general-simulate`` to the ``theory erm`` subparsers."""
+    """Add ``general-fixed-point``, ``general-simulate``, ``general-fixed-m`` and
+    ``general-transition`` to the ``theory erm`` subparsers."""
     p = erm_subparsers.add_parser(
         "general-fixed-point",
         help="generalised replica state equations (any L, r, r_t, A, encodings)",
@@ -280,3 +322,48 @@ def add_parsers(erm_subparsers) -> None:
     )
     add_json(f)
     f.set_defaults(func=cmd_fixed_m)
+
+    t = erm_subparsers.add_parser(
+        "general-transition",
+        help="alpha_c between two branches and alpha_l of the general model, with an RS check",
+        description="First-order transition of the general model (docs/attention.md §10.1): "
+        "alpha_c where the two branches' training losses cross (bracket + Brent on frozen QMC "
+        "nodes, QMC error bar), alpha_l where the global minimiser's eps_g crosses the general "
+        "linear baseline, and a finite-d L-BFGS restarts check of replica symmetry on each "
+        "branch's fixed point at alpha_c.  Exit 0 when converged or no_transition.",
+    )
+    t.add_argument(
+        "--branches",
+        default="semantic,positional",
+        help="ABOVE,BELOW: the branch that wins above alpha_c, then the one below, among "
+        "semantic, positional, free (default semantic,positional)",
+    )
+    _model_args(t)
+    t.add_argument("--hint", type=float, default=None, help="a guess of alpha_c (default 1)")
+    t.add_argument(
+        "--xtol", type=float, default=1e-3, help="Brent tolerance in alpha (default 1e-3)"
+    )
+    t.add_argument(
+        "--alpha-max", type=float, default=20.0, help="end of the search in alpha (default 20)"
+    )
+    t.add_argument(
+        "--max-time",
+        type=float,
+        default=3600.0,
+        help="stop (status max_iter) after this many seconds (default 3600)",
+    )
+    t.add_argument(
+        "--n", type=int, default=2**11, help="QMC points per scrambling (power of 2; default 2048)"
+    )
+    t.add_argument("--n-rep", type=int, default=4, help="scramblings (default 4)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the QMC scramblings (default 0)")
+    t.add_argument(
+        "--rs-d", type=int, default=400, help="dimension d of the RS restarts check (default 400)"
+    )
+    t.add_argument(
+        "--rs-restarts", type=int, default=3, help="L-BFGS restarts of the RS check (default 3)"
+    )
+    t.add_argument("--no-rs", action="store_true", help="skip the RS restarts check")
+    t.add_argument("--progress", action="store_true", help="progress bar on stderr")
+    add_json(t)
+    t.set_defaults(func=cmd_transition)

@@ -34,7 +34,8 @@ def extrapolate(
 ) -> dict | None:
     """Warm start at ``x_new`` from solutions ``prev`` at ``xs`` (increasing index = most
     recent): Lagrange extrapolation through the last three (quadratic) or two (linear) points;
-    a value that would cross zero or change sign falls back to the last one."""
+    a value that would cross zero or change sign falls back to the last one (entry by entry for
+    array values)."""
     if not prev:
         return None
     last = prev[-1]
@@ -57,7 +58,11 @@ def extrapolate(
     out = {}
     for k in keys:
         v = sum(w * u[k] for w, u in zip(wts, use))
-        out[k] = v if (v > 0) == (b[k] > 0) and v != 0 else b[k]
+        if np.ndim(v) == 0:
+            out[k] = v if (v > 0) == (b[k] > 0) and v != 0 else b[k]
+        else:  # arrays (matrix order parameters): the same rule entry by entry
+            bk = np.asarray(b[k], dtype=float)
+            out[k] = np.where(((v > 0) == (bk > 0)) & (v != 0), v, bk)
     return out
 
 

@@ -172,9 +172,14 @@ def sample_losses(Q: np.ndarray, data: GeneralData) -> np.ndarray:
     """Per-sample ||S X - T Z||²/(2d) from the Gram matrices, shape (n,)."""
     n, L, d = data.X.shape
     H = (data.X.reshape(n * L, d) @ Q).reshape(n, L, -1) / math.sqrt(d)
-    S = attention(H)
+    return matrix_losses(attention(H), data)
+
+
+def matrix_losses(S: np.ndarray, data: GeneralData) -> np.ndarray:
+    """Per-sample ||S X - T Z||²/(2d) for mixing matrices S (n, L, L) or one S (L, L)."""
+    S = np.broadcast_to(S, data.T.shape)
     quad = np.einsum("nij,njk,nik->n", S, data.Gxx, S)
-    return (quad - 2 * (S * data.C).sum(axis=(1, 2)) + data.c0) / (2 * d)
+    return (quad - 2 * (S * data.C).sum(axis=(1, 2)) + data.c0) / (2 * data.d)
 
 
 def risk(Q: np.ndarray, data: GeneralData, lam: float) -> tuple[float, np.ndarray]:
@@ -209,12 +214,17 @@ def overlaps(Q: np.ndarray, prob: GeneralProblem) -> dict:
 
 
 def test_error(Q: np.ndarray, prob: GeneralProblem, chunk: int = 1000) -> tuple[float, float]:
+    """ε_g of the student Q on the problem's fresh test samples: (mean, standard error)."""
+    return _test_mean(lambda batch: sample_losses(Q, batch), prob, chunk)
+
+
+def _test_mean(losses, prob: GeneralProblem, chunk: int = 1000) -> tuple[float, float]:
     gen = np.random.default_rng(prob.test_seed)
     vals = []
     k = 0
     while k < prob.n_test:
         nb = min(chunk, prob.n_test - k)
-        vals.append(sample_losses(Q, sample_data(prob.params, prob.P, prob.qstar, nb, gen)))
+        vals.append(losses(sample_data(prob.params, prob.P, prob.qstar, nb, gen)))
         k += nb
     v = np.concatenate(vals)
     return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size))
@@ -384,6 +394,8 @@ def simulate_fixed_m(
     steps=20000,
     tol=1e-7,
     init_scale=0.1,
+    theta_free=False,
+    theta0=None,
     problem: GeneralProblem | None = None,
     **overrides,
 ) -> FixedMSimResult:
@@ -391,7 +403,11 @@ def simulate_fixed_m(
     (r = 1): Q = Q₀ + N y with Q₀ the minimum-norm point of the subspace and N an orthonormal
     basis of the null space of the constraints; ``restarts`` random starts y ~ init_scale ·
     N(0, 1) on the same data.  The finite-d counterpart of
-    :func:`theory.attention.general.fixed_m_point`."""
+    :func:`theory.attention.general.fixed_m_point`.
+
+    ``theta_free``: drop the constraint Q*ᵀQ = 0 (only PQ/√d = m: the semantic sector for
+    m = 0); the starts are then Q* ρ⁻¹ θ0 (θ0 (r_t,), default 0: a start of overlap θ0 with
+    the teacher) plus the random part, and ``overlap`` includes the teacher direction."""
     from scipy.optimize import minimize
 
     if problem is None:
@@ -405,8 +421,11 @@ def simulate_fixed_m(
     m = np.asarray(m, float).reshape(-1)
     if m.shape != (p.L,):
         raise ValueError(f"m must have L = {p.L} entries, got {m.size}")
-    C = np.vstack([problem.P / math.sqrt(dd), p.s2 * problem.qstar.T / dd])
-    c = np.concatenate([m, np.zeros(p.r_t)])
+    if theta_free:
+        C, c = problem.P / math.sqrt(dd), m
+    else:
+        C = np.vstack([problem.P / math.sqrt(dd), p.s2 * problem.qstar.T / dd])
+        c = np.concatenate([m, np.zeros(p.r_t)])
     Q0 = np.linalg.lstsq(C, c, rcond=None)[0]
     if np.abs(C @ Q0 - c).max() > 1e-9 * (1 + np.abs(m).max()):
         raise ValueError(
@@ -416,6 +435,10 @@ def simulate_fixed_m(
     _, s, Wt = np.linalg.svd(C, full_matrices=True)
     k = int((s > 1e-10 * s.max()).sum())
     N = Wt[k:].T
+    y_center = np.zeros(N.shape[1])
+    if theta_free and theta0 is not None:
+        th0 = np.asarray(theta0, float).reshape(p.r_t)
+        y_center = N.T @ (problem.qstar @ np.linalg.solve(p.rho_array, th0))
 
     def fun(y):
         v, g = risk((Q0 + N @ y)[:, None], problem.train, p.lam)
@@ -425,7 +448,7 @@ def simulate_fixed_m(
     t0 = time.perf_counter()
     Ys, rows, gmax, msgs = [], [], 0.0, []
     for _ in range(int(restarts)):
-        y0 = init_scale * gen.standard_normal(N.shape[1])
+        y0 = y_center + init_scale * gen.standard_normal(N.shape[1])
         res = minimize(
             fun,
             y0,
@@ -464,6 +487,59 @@ def simulate_fixed_m(
             seed=problem.seed,
             restarts=int(restarts),
             m=m.tolist(),
+            theta_free=bool(theta_free),
         ),
         metadata=dict(method="lbfgs-constrained", wall_time_s=time.perf_counter() - t0),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearFitResult(Result):
+    """The linear baseline f_B(X) = B X fitted at finite d (no ridge: L² parameters, n L d
+    equations): ``B`` (L×L), ε_t = L(B)/d and ε_g on fresh samples with its standard error."""
+
+    alpha: float
+    omega: float
+    d: int
+    n: int
+    seed: int
+    B: np.ndarray
+    eps_t: float
+    eps_g: float
+    eps_g_err: float
+
+
+def linear_fit(
+    alpha,
+    params: ERMParams | Mapping | None = None,
+    d=200,
+    seed=0,
+    *,
+    n_test=5000,
+    problem: GeneralProblem | None = None,
+    **overrides,
+) -> LinearFitResult:
+    """Least squares for B: min_B Σ_μ ||B X_μ - y_μ||²/(2d), i.e. B (Σ_μ X_μX_μᵀ) = Σ_μ T_μZ_μX_μᵀ
+    (the Gram matrices the risk already keeps).  The finite-d counterpart of
+    :func:`theory.attention.general.linear_baseline`."""
+    if problem is None:
+        problem = make_problem(alpha, params, d, seed, n_test=n_test, **overrides)
+    tr = problem.train
+    B = np.linalg.solve(tr.Gxx.sum(axis=0).T, tr.C.sum(axis=0).T).T
+    eps_t = float(matrix_losses(B, tr).sum() / problem.d)
+    eg, ege = _test_mean(lambda batch: matrix_losses(B, batch), problem)
+    p = problem.params
+    return LinearFitResult(
+        alpha=problem.alpha,
+        omega=p.omega,
+        d=problem.d,
+        n=tr.n,
+        seed=problem.seed,
+        B=B,
+        eps_t=eps_t,
+        eps_g=eg,
+        eps_g_err=ege,
+        status="ok",
+        params=dict(p.to_dict(), alpha=problem.alpha, d=problem.d, seed=problem.seed),
+        metadata=dict(method="least-squares", n_test=problem.n_test),
     )

@@ -5,11 +5,19 @@ validated against finite-d L-BFGS (``theory.attention.finite_d.general``).
 Modules: ``params`` (GeneralParams), ``channel`` (the loss), ``proximal`` (its prox; numba
 kernels in ``_kernels``), ``quadrature`` (QMC nodes), ``state_equations``, ``solver`` (fixed
 points with QMC error bars), ``fixed_m`` (the RS profile at fixed m), ``stability`` (the
-replicon quantity).
+replicon quantity), ``baseline`` (the linear baseline), ``phases`` (α_c, α_l and the RS
+restarts check).
 """
 
+from theory.attention.general.baseline import LinearBaselineResult, linear_baseline
 from theory.attention.general.fixed_m import FixedMResult, fixed_m_map, fixed_m_point
 from theory.attention.general.params import GeneralParams, as_params, default_A, simplex_gram
+from theory.attention.general.phases import (
+    GeneralTransitionResult,
+    RSCheckResult,
+    rs_check,
+    transition,
+)
 from theory.attention.general.proximal import ProxResult, prox, prox_jacobian, prox_reference
 from theory.attention.general.quadrature import Nodes, make_nodes
 from theory.attention.general.solver import (
@@ -32,8 +40,11 @@ __all__ = [
     "FixedMResult",
     "GeneralERMResult",
     "GeneralParams",
+    "GeneralTransitionResult",
+    "LinearBaselineResult",
     "Nodes",
     "ProxResult",
+    "RSCheckResult",
     "RepliconResult",
     "as_params",
     "default_A",
@@ -44,6 +55,7 @@ __all__ = [
     "free_energy",
     "hats_from_channel",
     "label_branch",
+    "linear_baseline",
     "make_nodes",
     "overlaps_from_hats",
     "pooled",
@@ -51,5 +63,7 @@ __all__ = [
     "prox_jacobian",
     "prox_reference",
     "replicon_smooth",
+    "rs_check",
     "simplex_gram",
+    "transition",
 ]

@@ -1,0 +1,159 @@
+"""α_c, α_l and the RS check of the general model (docs/attention.md §10.1).
+
+Independent references: the L = 2 code's closed-form baseline (2-D Gauss-Hermite) and its
+α_c(ω), α_l(ω) (split rule, its own prox and solver); the finite-d least-squares linear fit;
+finite-d L-BFGS restarts (the L = 2 control of docs/findings.md §3)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from theory import attention as ps
+from theory.attention import general as pg
+from theory.attention.finite_d import general as eg
+from theory.cli import main
+
+# --------------------------------------------------------------------------- linear baseline
+
+
+@pytest.mark.parametrize("omega", [0.3, 0.6])
+def test_general_baseline_reduces_to_the_L2_closed_form(omega):
+    r = pg.linear_baseline(pg.GeneralParams(omega=omega))
+    ref = ps.linear_baseline(ps.ERMParams(omega=omega))
+    # the L = 2 value is exact to machine precision (160² Gauss-Hermite); the QMC one carries
+    # its scrambling error: 4 standard errors
+    assert r.status == "ok" and r.eps_g_lin_err < 1e-3 * ref
+    assert abs(r.eps_g_lin - ref) < 4 * r.eps_g_lin_err
+    np.testing.assert_allclose(r.B, ps.linear_baseline_B(ps.ERMParams(omega=omega)), atol=1e-4)
+
+
+def test_general_baseline_against_the_finite_d_linear_fit_at_L3():
+    p = pg.GeneralParams(L=3, omega=0.3)
+    theory = pg.linear_baseline(p)
+    f200 = eg.linear_fit(1.0, p, d=200, seed=0, n_test=4000)
+    f400 = eg.linear_fit(1.0, p, d=400, seed=1, n_test=4000)
+    # finite-d corrections are O(1/d) (the encodings' ||B p||²/d and the fit's L² parameters):
+    # extrapolate linearly in 1/d; the tolerance is 3 standard errors of the extrapolation
+    ext = 2 * f400.eps_g - f200.eps_g
+    se = math.hypot(2 * f400.eps_g_err, f200.eps_g_err)
+    assert f200.status == "ok" and f400.eps_g > theory.eps_g_lin
+    assert abs(ext - theory.eps_g_lin) < 3 * se + 3 * theory.eps_g_lin_err
+    # B* = E[T]: the fitted B within the fit's noise (entries ~ 1/√(n L) ~ 0.03 at d = 400)
+    np.testing.assert_allclose(f400.B, theory.B, atol=0.03)
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (dict(branches=("semantic",)), "two different branch"),
+        (dict(branches=("semantic", "semantic")), "two different branch"),
+        (dict(branches=("semantic", "mixed")), "each branch must be one of"),
+        (dict(inits={"free": {}}), "inits names a branch"),
+        (dict(alpha_max=0), "alpha_max"),
+        (dict(max_time=-1), "max_time"),
+        (dict(step=1.0), "step must be > 1"),
+        (dict(rs_d=3), "rs_d"),
+        (dict(hint=50.0), "hint"),
+    ],
+)
+def test_transition_rejects_bad_input(kw, needle):
+    with pytest.raises(ValueError, match=needle):
+        pg.transition(pg.GeneralParams(), **kw)
+
+
+def test_cli_general_transition_bad_input_exits_2_with_one_line(capsys):
+    code = main(["erm", "general-transition", "--branches", "semantic,bogus", "--json"])
+    err = capsys.readouterr().err
+    assert code == 2 and "each branch must be one of" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_general_transition_json_reports_the_time_bound(capsys):
+    argv = ["erm", "general-transition", "--L", "3", "--max-time", "1e-9", "--n", "256"]
+    code = main([*argv, "--n-rep", "2", "--no-rs", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["status"] == "max_iter" and "max_time" in out["message"]
+    assert out["branches"] == ["semantic", "positional"] and out["params"]["L"] == 3
+    assert out["alpha_c"] is None and out["eps_g_lin"] > 0
+
+
+def test_transition_out_of_time_is_reported():
+    r = pg.transition(pg.GeneralParams(), max_time=1e-9, n=256, n_rep=2, rs=False)
+    assert r.status == "max_iter" and "max_time" in r.message and math.isnan(r.alpha_c)
+    assert r.eps_g_lin > 0 and r.metadata["solved"] == 0
+
+
+# --------------------------------------------------------------------------- RS check
+
+
+def test_rs_check_not_applicable_cases():
+    p2 = pg.GeneralParams(r=2)
+    fp = dict(m=np.zeros((2, 2)), theta=np.zeros((2, 1)), branch="semantic")
+    c = pg.rs_check(1.0, fp, p2)
+    assert c.rs_stable is None and "rank r = 1" in c.message
+    c = pg.rs_check(1.0, dict(fp, branch="mixed"), pg.GeneralParams())
+    assert c.rs_stable is None and "mixed" in c.message
+
+
+def test_theta_free_restarts_find_the_unconstrained_semantic_minimum():
+    """The semantic-sector restarts (m = 0 held, θ free, started at overlap θ0) against plain
+    L-BFGS from Q = Q* on the same data (L = 3, α = 1, d = 200)."""
+    p = pg.GeneralParams(L=3)
+    s = eg.simulate_fixed_m(
+        1.0, np.zeros(3), p, d=200, restarts=2, theta_free=True, theta0=[0.16], n_test=500
+    )
+    u = eg.simulate(1.0, p, d=200, init="semantic", seed=0, n_test=500)
+    assert s.converged and u.converged and s.params["theta_free"] is True
+    # one minimum: the restarts coincide (measured 1 - 7e-12)
+    assert s.mutual_ratio == pytest.approx(1.0, abs=1e-6)
+    # the unconstrained minimum has |m| ~ 1/√d = 0.07 instead of 0: its ε_t and q differ at
+    # O(1/d) (measured 0.006024 vs 0.005986, q 0.11033 vs 0.11058): 2 % and 1 %
+    assert s.eps_t[0] == pytest.approx(u.eps_t, rel=0.02)
+    assert s.q[0] == pytest.approx(float(u.q[0, 0]), rel=0.01)
+
+
+@pytest.mark.slow
+def test_rs_check_at_L3_positional_is_not_trusted_and_semantic_is():
+    """docs/findings.md §3: the θ = 0 sector at L = 3 is glassy (restarts on the same data end
+    in distinct minima); the semantic fixed point is RS (the restarts agree).  The overlaps are
+    the RS states of BENCHMARKS.md ("L = 3"): θ = 0 with m = 0 (the minimum of the RS profile),
+    semantic θ = 0.16079 at α = 1."""
+    p = pg.GeneralParams(L=3)
+    zeros = dict(m=np.zeros((3, 1)), theta=np.zeros((1, 1)))
+    cp = pg.rs_check(1.0, zeros, p, "positional", d=400)
+    cs = pg.rs_check(1.0, dict(zeros, theta=[[0.16079]]), p, "semantic", d=400)
+    # tolerance RS_TOL/√d = 0.05; the glassy sector measured q_ab/q = 0.07-0.52 at m = 0
+    assert cp.tolerance == pytest.approx(0.05)
+    assert cp.rs_stable is False and cp.overlap_ratio < 0.7, cp.message
+    assert cs.rs_stable is True and cs.overlap_ratio > 1 - cs.tolerance, cs.message
+
+
+# --------------------------------------------------------------------------- α_c at L = 2
+
+
+#: L = 2 code (split rule, xtol 1e-4; BENCHMARKS.md "ERM"): α_c(ω), α_l(ω)
+L2_REFERENCE = {0.3: (1.25154, 1.49227), 0.2: (0.94793, 1.11709)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("omega", [0.3, 0.2])
+def test_L2_general_transition_reproduces_the_L2_alpha_c(omega):
+    ac, al = L2_REFERENCE[omega]
+    r = pg.transition(pg.GeneralParams(omega=omega), hint=ac, step=1.05)
+    assert r.status == "converged", r.message
+    # tolerance: 4 QMC standard errors of α_c (spread of Δε_t over the 4 scramblings over its
+    # slope) plus Brent's xtol (1e-3) plus the L = 2 reference's own accuracy (~1e-4)
+    tol = 4 * r.alpha_c_err + 1e-3 + 1e-4
+    assert r.alpha_c_err < 0.03 and abs(r.alpha_c - ac) < tol
+    # α_l is on the semantic branch above α_c (as at L = 2); its error is that of ε_g on the
+    # frozen nodes, ~4x that of α_c in this regime (ε_g's slope is flatter): 5 % relative
+    assert r.alpha_l_branch == "semantic" and r.alpha_l == pytest.approx(al, rel=0.05)
+    assert r.eps_g_lin == pytest.approx(ps.linear_baseline(ps.ERMParams(omega=omega)), rel=1e-3)
+    # the L = 2 fixed points are RS (restarts end in one minimum, docs/findings.md §3)
+    assert r.rs_check == "restarts" and r.rs_stable == {"semantic": True, "positional": True}
+    assert "RS not trusted" not in r.message
+    json.dumps(r.to_dict())
