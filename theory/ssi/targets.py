@@ -645,7 +645,11 @@ def activation_cfuncs(text: str):
     for e in (t.expr, sp.diff(t.expr, z1).replace(sp.DiracDelta, lambda *a: sp.S.Zero)):
         body = _python_source(e, "activation", {z1: "_s"})
         src = f"def _g(_s):\n    return float({body})\n"
-        out.append(_compile_source(src, "activation", e, numba.cfunc("float64(float64)"), 0.5))
+        out.append(
+            _compile_source(
+                src, "activation", e, numba.cfunc("float64(float64)", error_model="numpy"), 0.5
+            )
+        )
     return tuple(out)
 
 
