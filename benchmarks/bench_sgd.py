@@ -145,12 +145,12 @@ def floor_row(d, L=2):
     Rm = np.zeros((L, L))
 
     def fast():
-        K.full_chunk_fast(W, us, Qp, B, S, s, zs, Y, LR, 0, Rm, 0, False, np.inf, C)
+        K.full_chunk_fast(W, us, Qp, B, S, s, zs, Y, LR, 0, Rm, *K.act_args(0), False, np.inf, C)
 
     st2 = xoshiro_state(4)
 
     def old():
-        K.full_chunk_rng(W, us, Qp, B, st2, zs, Y, LR, 0, Rm, 0, False, np.inf, C)
+        K.full_chunk_rng(W, us, Qp, B, st2, zs, Y, LR, 0, Rm, *K.act_args(0), False, np.inf, C)
 
     fast()
     old()

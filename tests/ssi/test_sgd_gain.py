@@ -97,7 +97,8 @@ def test_untied_ode_is_the_tied_ode_slowed_down_by_L(fam):
     assert c.gain_optimal_closed == pytest.approx(c.gain_optimal_published / L, rel=1e-9)
 
 
-def test_flat_kernel_matches_numpy_reference():
+@pytest.mark.parametrize("act", [1, "x**2+x"])  # relu; a written activation (callbacks)
+def test_flat_kernel_matches_numpy_reference(act):
     rng = np.random.default_rng(3)
     L, n, d = 3, 400, 50
     c0 = rng.standard_normal(L) * 0.1
@@ -107,9 +108,9 @@ def test_flat_kernel_matches_numpy_reference():
     chi = rng.chisquare(L * d - L - 1, n)
     Y = (alpha**2 - 1).sum(axis=1) / math.sqrt(2)
     out = []
-    for fn in (SK.flat_chunk, SK.flat_chunk_reference):
+    for fn, a in ((SK.flat_chunk, SK.act_args(act)), (SK.flat_chunk_reference, (act,))):
         c, r = c0.copy(), r0.copy()
-        hit, loss = fn(c, r, alpha, beta, chi, Y, 0.3 / (L * d), 1, 0.2**2)
+        hit, loss = fn(c, r, alpha, beta, chi, Y, 0.3 / (L * d), *a, 0.2**2)
         out.append((hit, loss, c, r))
     assert out[0][0] == out[1][0]
     assert out[0][1] == pytest.approx(out[1][1], rel=1e-12)

@@ -28,6 +28,9 @@ CASES = [
     ),
     (K.HEAD_NETWORK, 1, 3, 1, False, np.zeros((3, 0))),
     (K.HEAD_NETWORK, 2, 2, 1, True, np.zeros((2, 0))),
+    # activations written as expressions: the kernels call their compiled sigma, sigma'
+    (K.HEAD_NETWORK, "x**2+x", 3, 1, False, np.zeros((3, 0))),
+    (K.HEAD_NETWORK, "tanh(2*x)-x/3", 2, 1, True, np.zeros((2, 0))),
 ]
 
 
@@ -46,7 +49,19 @@ def test_reduced_kernel_matches_numpy_reference(head, act, L, kout, untied, B):
     Rm = rng.standard_normal((L, L))
     C1, r1, C2, r2 = C.copy(), rr.copy(), C.copy(), rr.copy()
     out1 = K.reduced_chunk(
-        C1, r1, np.ascontiguousarray(B), alpha, beta, chi, Y, h, head, Rm, act, untied, 0.6
+        C1,
+        r1,
+        np.ascontiguousarray(B),
+        alpha,
+        beta,
+        chi,
+        Y,
+        h,
+        head,
+        Rm,
+        *K.act_args(act),
+        untied,
+        0.6,
     )
     out2 = K.reduced_chunk_reference(C2, r2, B, alpha, beta, chi, Y, h, head, Rm, act, untied, 0.6)
     np.testing.assert_allclose(C1, C2, atol=1e-11)  # 200 steps of O(1) round-off

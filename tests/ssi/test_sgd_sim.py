@@ -34,6 +34,8 @@ HEADS = [
     (K.HEAD_NETWORK, CODES["he3n"], 2, 1),
     (K.HEAD_NETWORK, CODES["erf"], 2, 1),
     (K.HEAD_NETWORK, CODES["sigmoid"], 2, 1),
+    (K.HEAD_NETWORK, "x**2+x", 2, 1),  # written: compiled callbacks vs the numpy expression
+    (K.HEAD_NETWORK, "tanh(2*x)-x/3", 3, 1),
 ]
 
 
@@ -49,7 +51,7 @@ def test_head_gradient_matches_finite_differences(head, act, L, kout):
         z = rng.standard_normal(L)
         y = rng.standard_normal(kout)
         work, delta = np.empty((L, L)), np.empty(L)
-        loss = K.head_grad(head, z, y, Rm, act, delta, work)
+        loss = K.head_grad(head, z, y, Rm, *K.act_args(act), delta, work)
         loss_np, delta_np = K.head_grad_reference(head, z, y, Rm, act)
         np.testing.assert_allclose(loss, loss_np, rtol=1e-12)
         np.testing.assert_allclose(delta, delta_np, rtol=1e-10, atol=1e-12)
@@ -87,6 +89,9 @@ CASES = [
     ),
     (K.HEAD_NETWORK, 1, 3, 1, False, np.zeros((3, 0))),
     (K.HEAD_NETWORK, 2, 2, 1, True, np.zeros((2, 0))),
+    # activations written as expressions: the kernels call their compiled sigma, sigma'
+    (K.HEAD_NETWORK, "x**2+x", 3, 1, False, np.zeros((3, 0))),
+    (K.HEAD_NETWORK, "tanh(2*x)-x/3", 2, 1, True, np.zeros((2, 0))),
 ]
 
 
@@ -107,7 +112,20 @@ def test_full_kernel_matches_numpy_reference(head, act, L, kout, untied, B):
     W1, C1 = W.copy(), C.copy()
     W2, C2 = W.copy(), C.copy()
     h1, l1 = K.full_chunk(
-        W1, ustar, Qp, np.ascontiguousarray(B), G, zs, Y, gamma, head, Rm, act, untied, 0.5, C1
+        W1,
+        ustar,
+        Qp,
+        np.ascontiguousarray(B),
+        G,
+        zs,
+        Y,
+        gamma,
+        head,
+        Rm,
+        *K.act_args(act),
+        untied,
+        0.5,
+        C1,
     )
     h2, l2 = K.full_chunk_reference(
         W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2
@@ -151,7 +169,20 @@ def test_one_full_step_against_explicit_gradient():
     W = w[None].copy()
     C = np.array([[w @ ustar, w @ Qp[0]]]) / math.sqrt(d)
     K.full_chunk(
-        W, ustar, Qp, B, g, zs, Y, gamma, K.HEAD_MATRIX, np.zeros((2, 2)), 0, False, 9.0, C
+        W,
+        ustar,
+        Qp,
+        B,
+        g,
+        zs,
+        Y,
+        gamma,
+        K.HEAD_MATRIX,
+        np.zeros((2, 2)),
+        *K.act_args(0),
+        False,
+        9.0,
+        C,
     )
     np.testing.assert_allclose(W[0], wn, atol=1e-8)  # finite-difference error ~1e-10
     np.testing.assert_allclose(C[0, 0], wn @ ustar / math.sqrt(d), atol=1e-8)
@@ -222,7 +253,7 @@ def test_ziggurat_normals_have_the_standard_normal_law():
     assert abs(frac - p) < 5 * math.sqrt(p / x.size)
 
 
-@pytest.mark.parametrize("head,act,L,kout,untied,B", CASES[:2] + CASES[-1:])
+@pytest.mark.parametrize("head,act,L,kout,untied,B", CASES[:2] + CASES[4:])
 def test_in_kernel_rng_chunk_equals_explicit_chunk(head, act, L, kout, untied, B):
     rng = np.random.default_rng(8)
     d, n, gamma = 30, 12, 0.3
@@ -240,8 +271,12 @@ def test_in_kernel_rng_chunk_equals_explicit_chunk(head, act, L, kout, untied, B
     K.fill_normals(s2, G)
     W1, C1, W2, C2 = W.copy(), C.copy(), W.copy(), C.copy()
     B = np.ascontiguousarray(B)
-    o1 = K.full_chunk_rng(W1, ustar, Qp, B, s1, zs, Y, gamma, head, Rm, act, untied, 0.5, C1)
-    o2 = K.full_chunk(W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2)
+    o1 = K.full_chunk_rng(
+        W1, ustar, Qp, B, s1, zs, Y, gamma, head, Rm, *K.act_args(act), untied, 0.5, C1
+    )
+    o2 = K.full_chunk(
+        W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, *K.act_args(act), untied, 0.5, C2
+    )
     np.testing.assert_array_equal(W1, W2)
     np.testing.assert_array_equal(C1, C2)
     assert o1 == o2
@@ -374,9 +409,11 @@ def test_fast_kernel_matches_the_reference_kernel(head, act, L, kout, untied, B,
     B = np.ascontiguousarray(B)
     W1, C1, W2, C2 = W.copy(), C.copy(), W.copy(), C.copy()
     h1, l1 = K.full_chunk_fast(
-        W1, ustar, Qp, B, S1, s1, zs, Y, gamma, head, Rm, act, untied, 0.5, C1
+        W1, ustar, Qp, B, S1, s1, zs, Y, gamma, head, Rm, *K.act_args(act), untied, 0.5, C1
     )
-    h2, l2 = K.full_chunk(W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, act, untied, 0.5, C2)
+    h2, l2 = K.full_chunk(
+        W2, ustar, Qp, B, G, zs, Y, gamma, head, Rm, *K.act_args(act), untied, 0.5, C2
+    )
     # 40 steps of O(d) sums in another order: round-off ~1e-14; 1e-9 leaves ample margin
     np.testing.assert_allclose(W1, W2, atol=1e-9)
     np.testing.assert_allclose(C1, C2, atol=1e-11)

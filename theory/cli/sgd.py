@@ -74,7 +74,7 @@ def _add_model_args(p, *, default_L=None):
         "sigmoid, square, he2, abs, ...) or an expression in x in the target language "
         "(e.g. 'x**2+x', 'tanh(2*x)'); an expression's Hermite moments come from the targets' "
         "Hermite engine (exact or numerical, reported as activation_hermite); the simulators "
-        "run the names and expressions equal to one",
+        "run it compiled to numba (a name keeps its own kernel)",
     )
 
 
@@ -719,7 +719,7 @@ def _simulate(args):
 
 def _gain(args):
     from theory.ssi import TiedNetwork, gain_curve
-    from theory.ssi._kernels import activation, activation_code
+    from theory.ssi._kernels import activation, kernel_activation
     from theory.ssi.sgd.driver import MAX_D
     from theory.ssi.sgd.seeds import MAX_SEEDS, MAX_WORKERS
     from theory.ssi.targets import MAX_L
@@ -734,7 +734,7 @@ def _gain(args):
     if args.workers is not None:
         check_int("workers", args.workers, lo=0, hi=MAX_WORKERS)
     if args.simulate:
-        activation_code(args.activation)  # a kernel for it, before the theory runs
+        kernel_activation(args.activation)  # compiled for the kernels before the theory runs
     else:
         activation(args.activation)
     norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())

@@ -182,21 +182,34 @@ def activation(name: str):
     return written_activation(key)[:3]
 
 
+#: the kernel code of an activation written as an expression that equals no named one: the SGD
+#: kernels call its compiled sigma, sigma' (``theory.ssi.targets.activation_cfuncs``)
+WRITTEN_CODE = 13
+
+
 def activation_code(name: str) -> int:
     """The kernel code of an activation: a named one, or an expression equal to one of them
-    (:data:`ACTIVATION_EXPRESSIONS`: 'x**2' runs the kernel of 'square').  Other expressions
-    have no SGD kernel: ValueError saying what runs them."""
+    (:data:`ACTIVATION_EXPRESSIONS`: 'x**2' runs the kernel of 'square'); any other expression
+    in x: :data:`WRITTEN_CODE` (ValueError for what is neither)."""
     key = activation_key(name)
     if key in ACTIVATION_CODES:
         return ACTIVATION_CODES[key]
     named = _named_equal(key)
-    if named is None:
-        raise ValueError(
-            f"the SGD simulators run the named activations {sorted(ACTIVATION_CODES)} and "
-            f"expressions equal to one of them; {name!r} is not: its theory runs (theory sgd "
-            "ode, theory sgd gain without --simulate)"
-        )
-    return ACTIVATION_CODES[named]
+    return WRITTEN_CODE if named is None else ACTIVATION_CODES[named]
+
+
+def kernel_activation(name: str) -> tuple:
+    """(code, fv, fd): what the SGD kernels take for an activation (``theory.ssi.sgd._kernels``):
+    its code and, for a written one (:data:`WRITTEN_CODE`), sigma and sigma' compiled to numba
+    C callbacks (once per expression and process); the never-called ``NO_CALLBACKS`` for a
+    name, whose kernel path is unchanged.  ValueError when the expression cannot be compiled."""
+    from theory.ssi.sgd._kernels import NO_CALLBACKS
+    from theory.ssi.targets import activation_cfuncs
+
+    code = activation_code(name)
+    if code != WRITTEN_CODE:
+        return (code, *NO_CALLBACKS)
+    return (code, *activation_cfuncs(activation_key(name)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -214,10 +227,13 @@ def _named_equal(text: str) -> str | None:
     return None
 
 
-def activation_reference(code: int, s):
-    """(sigma(s), sigma'(s)) for a kernel activation code: the numpy reference of
-    ``theory.ssi.sgd._kernels.act_value`` / ``act_deriv``."""
-    sig, dsig, _ = ACTIVATIONS[_CODE_NAMES[int(code)]]
+def activation_reference(code, s):
+    """(sigma(s), sigma'(s)) for a kernel activation code, or an activation's name or expression
+    (a str): the numpy reference of ``theory.ssi.sgd._kernels.act_value`` / ``act_deriv``."""
+    if isinstance(code, str):
+        sig, dsig, _ = activation(code)
+    else:
+        sig, dsig, _ = ACTIVATIONS[_CODE_NAMES[int(code)]]
     s = np.asarray(s, dtype=float)
     return sig(s), dsig(s)
 

@@ -578,15 +578,16 @@ def parse_activation(text: str) -> Target:
 # =========================================================================== numba scalar func
 
 
-def _compile_njit(expr: sp.Expr, L: int):
-    import numba
+def _python_source(expr: sp.Expr, what: str, args: dict) -> str:
+    """The body of a python function (math module only, numba-compilable) evaluating ``expr``
+    with its symbols replaced by ``args`` (symbol -> name); ValueError when it cannot be
+    written so.  Heaviside(0) = 1/2, sign through Heaviside (the target language's values)."""
     from sympy.printing.pycode import PythonCodePrinter
 
     e = expr.replace(sp.sign, lambda a: 2 * sp.Heaviside(a, sp.Rational(1, 2)) - 1)
     e = e.replace(sp.Heaviside, lambda *a: sp.Heaviside(a[0], sp.Rational(1, 2)))
     e = e.rewrite(sp.Piecewise) if e.has(sp.Heaviside) else e
-    rep = {sp.Symbol(f"z{i + 1}", real=True): sp.Symbol(f"_z[{i}]") for i in range(L)}
-    e = e.xreplace(rep)
+    e = e.xreplace({s: sp.Symbol(n) for s, n in args.items()})
 
     class _Printer(PythonCodePrinter):
         def _print_Float(self, x):  # plain float literal
@@ -601,19 +602,55 @@ def _compile_njit(expr: sp.Expr, L: int):
     try:
         body = _Printer({"standard": "python3"}).doprint(e)
     except Exception as exc:
-        raise ValueError(f"cannot compile the target {expr} for numba: {exc}") from None
+        raise ValueError(f"cannot compile the {what} {expr} for numba: {exc}") from None
     if "not supported" in body.lower():
-        raise ValueError(f"cannot compile the target {expr} for numba: {body.splitlines()[0]}")
-    src = f"def _g(_z):\n    return float({body})\n"
+        raise ValueError(f"cannot compile the {what} {expr} for numba: {body.splitlines()[0]}")
+    return body
+
+
+def _compile_source(src: str, what: str, expr, compiler, probe):
+    """exec ``src`` (defining ``_g``), compile it with ``compiler`` and call it on ``probe``."""
     ns: dict[str, Any] = {"math": math}
     try:
-        exec(compile(src, "<theory.ssi.targets target>", "exec"), ns)
-        fn = numba.njit(ns["_g"])
-        fn(np.zeros(L))
+        exec(compile(src, f"<theory.ssi.targets {what}>", "exec"), ns)
+        fn = compiler(ns["_g"])
+        fn(probe)
     except Exception as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"cannot compile the target {expr} for numba: {msg}") from None
+        raise ValueError(f"cannot compile the {what} {expr} for numba: {msg}") from None
     return fn
+
+
+def _compile_njit(expr: sp.Expr, L: int):
+    import numba
+
+    args = {sp.Symbol(f"z{i + 1}", real=True): f"_z[{i}]" for i in range(L)}
+    body = _python_source(expr, "target", args)
+    src = f"def _g(_z):\n    return float({body})\n"
+    return _compile_source(src, "target", expr, numba.njit, np.zeros(L))
+
+
+@lru_cache(maxsize=64)
+def activation_cfuncs(text: str):
+    """(sigma, sigma') of an activation written as an expression in x (:func:`parse_activation`)
+    compiled to numba C callbacks of signature float64(float64): what the SGD kernels call for
+    a written activation (``theory.ssi.sgd._kernels``).  Compiled once per expression string
+    and process; sigma' is sympy's derivative taken almost everywhere (Heaviside(0) = 1/2 at a
+    kink, the DiracDelta of a jump dropped: the gradient SGD follows)."""
+    import numba
+
+    t = parse_activation(text)
+    z1 = t.symbols[0]
+    out = []
+    for e in (t.expr, sp.diff(t.expr, z1).replace(sp.DiracDelta, lambda *a: sp.S.Zero)):
+        body = _python_source(e, "activation", {z1: "_s"})
+        src = f"def _g(_s):\n    return float({body})\n"
+        out.append(
+            _compile_source(
+                src, "activation", e, numba.cfunc("float64(float64)", error_model="numpy"), 0.5
+            )
+        )
+    return tuple(out)
 
 
 # =========================================================================== the targets

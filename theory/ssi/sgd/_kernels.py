@@ -14,6 +14,10 @@ delta = dl/dz in R^L):
   (trace: R = c I; projection: R = a b^T), y a scalar.
 * ``HEAD_NETWORK`` (2): f = sigma(sum_l z_l / sqrt(L)) with the activation ``act`` (codes in
   ``theory.ssi._kernels.ACTIVATION_CODES``), y a scalar.  Used by the tied and the untied network.
+  An activation written as an expression has code ``WRITTEN_CODE``: the kernels then call
+  (fv, fd), its sigma and sigma' compiled to numba C callbacks
+  (``theory.ssi.targets.activation_cfuncs``); every kernel takes (act, fv, fd), with
+  :data:`NO_CALLBACKS` (never called) for a named activation.
 
 Randomness: the reference kernel ``full_chunk`` (and ``reduced_chunk``) takes its Gaussians as
 arrays, so it and its numpy reference are deterministic functions of the same arrays and are
@@ -32,7 +36,7 @@ import numba
 import numpy as np
 
 from theory.rng import normal as zig_normal
-from theory.ssi._kernels import activation_reference
+from theory.ssi._kernels import WRITTEN_CODE, activation_reference
 from theory.ssi.sgd import _blocknormal as BN
 
 HEAD_MATRIX, HEAD_FUNCTIONAL, HEAD_NETWORK = 0, 1, 2
@@ -46,8 +50,28 @@ _SQPI = math.sqrt(math.pi)
 # =========================================================================== activations
 
 
+#: no callback: what the kernels receive as (fv, fd) for a named activation (never called)
+@numba.cfunc("float64(float64)", cache=True)
+def _no_callback(s):
+    return math.nan
+
+
+NO_CALLBACKS = (_no_callback, _no_callback)
+
+
+def act_args(act) -> tuple:
+    """(code, fv, fd), the activation arguments of the kernels, for a kernel code of a named
+    activation or an activation's name or expression (``theory.ssi._kernels.kernel_activation``)."""
+    if isinstance(act, str):
+        from theory.ssi._kernels import kernel_activation
+
+        return kernel_activation(act)
+    return (int(act), *NO_CALLBACKS)
+
+
 @numba.njit(cache=True)
-def act_value(code, s):
+def act_value(code, s, fv):
+    """sigma(s) of the activation ``code``; code WRITTEN_CODE calls the compiled expression fv."""
     if code == 0:
         return s
     if code == 1:
@@ -76,11 +100,14 @@ def act_value(code, s):
     if code == 12:
         s2 = s * s
         return (s2 * s2 - 6.0 * s2 + 3.0) / _SQ24
+    if code == WRITTEN_CODE:
+        return fv(s)
     return np.nan
 
 
 @numba.njit(cache=True)
-def act_deriv(code, s):
+def act_deriv(code, s, fd):
+    """sigma'(s) of the activation ``code``; code WRITTEN_CODE calls the compiled derivative fd."""
     if code == 0:
         return 1.0
     if code == 1:
@@ -109,6 +136,8 @@ def act_deriv(code, s):
         return (3.0 * s * s - 3.0) / _SQ6
     if code == 12:
         return (4.0 * s * s * s - 12.0 * s) / _SQ24
+    if code == WRITTEN_CODE:
+        return fd(s)
     return np.nan
 
 
@@ -116,11 +145,12 @@ def act_deriv(code, s):
 
 
 @numba.njit(cache=True)
-def head_grad(head, z, y, Rm, act, delta, work):
+def head_grad(head, z, y, Rm, act, fv, fd, delta, work):
     """Loss l and delta = dl/dz (written into ``delta``) for one sample.
 
     z (L,), y (k,) target (k = L*L for HEAD_MATRIX, 1 otherwise), Rm (L, L) reduction matrix,
-    work (L, L) scratch.
+    act the activation code with (fv, fd) its compiled sigma, sigma' when act = WRITTEN_CODE
+    (:data:`NO_CALLBACKS` otherwise), work (L, L) scratch.
     """
     L = z.shape[0]
     if head == HEAD_NETWORK:
@@ -128,9 +158,9 @@ def head_grad(head, z, y, Rm, act, delta, work):
         for l in range(L):
             s += z[l]
         s /= math.sqrt(L)
-        f = act_value(act, s)
+        f = act_value(act, s, fv)
         r = y[0] - f
-        g = -2.0 * r * act_deriv(act, s) / math.sqrt(L)
+        g = -2.0 * r * act_deriv(act, s, fd) / math.sqrt(L)
         for l in range(L):
             delta[l] = g
         return r * r
@@ -212,7 +242,27 @@ def head_grad_reference(head, z, y, Rm, act):
 
 @numba.njit(cache=True)
 def _full_step(
-    W, ustar, Qp, Bpe, Gt, zst, yt, gamma, head, Rm, act, untied, C, delta, work, z, corr, dots, pjs
+    W,
+    ustar,
+    Qp,
+    Bpe,
+    Gt,
+    zst,
+    yt,
+    gamma,
+    head,
+    Rm,
+    act,
+    fv,
+    fd,
+    untied,
+    C,
+    delta,
+    work,
+    z,
+    corr,
+    dots,
+    pjs,
 ):
     """One SGD step on the full weights (see :func:`full_chunk`); returns the sample loss."""
     L, d = Gt.shape
@@ -238,7 +288,7 @@ def _full_step(
             for j in range(k):
                 zl += Bpe[l, j] * C[r, 1 + j]  # P_l . w / sqrt(d) = e_l
         z[l] = zl
-    loss = head_grad(head, z, yt, Rm, act, delta, work)
+    loss = head_grad(head, z, yt, Rm, act, fv, fd, delta, work)
     # ---- update + renormalisation, fused with the new frame coordinates
     for r in range(R):
         for j in range(1 + k):
@@ -297,7 +347,42 @@ def _recovered(C, untied, eta2):
 
 
 @numba.njit(cache=True)
-def full_chunk(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+def _full_steps(
+    W, ustar, Qp, Bpe, G, state, zstar, Y, gamma, head, Rm, act, fv, fd, untied, eta2, C
+):
+    """The step loop of :func:`full_chunk` (token rows G[t]) and :func:`full_chunk_rng` (G with
+    no steps: rows drawn from ``state``); n = zstar.shape[0] steps."""
+    n, L = zstar.shape
+    d = W.shape[1]
+    k = Qp.shape[0]
+    delta = np.empty(L)
+    work = np.empty((L, L))
+    z = np.empty(L)
+    corr = np.empty(L)
+    dots = np.empty(1 + k)
+    pjs = np.empty(max(k, 1))
+    draw = G.shape[0] == 0
+    Gt = np.empty((L, d))
+    hit = -1
+    loss_sum = 0.0
+    for t in range(n):
+        if draw:
+            for l in range(L):
+                for i in range(d):
+                    Gt[l, i] = zig_normal(state)
+        else:
+            Gt[:, :] = G[t]
+        loss_sum += _full_step(
+            W, ustar, Qp, Bpe, Gt, zstar[t], Y[t], gamma, head, Rm, act, fv, fd, untied, C,
+            delta, work, z, corr, dots, pjs,
+        )  # fmt: skip
+        if hit < 0 and _recovered(C, untied, eta2):
+            hit = t
+    return hit, loss_sum
+
+
+@numba.njit(cache=True)
+def full_chunk(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, fv, fd, untied, eta2, C):
     """Run ``G.shape[0]`` SGD steps in place on ``W`` (rows on the sqrt(d)-sphere).
 
     W (R, d): R = 1 (attention / tied) or L (untied).  ustar (d,) = w*/sqrt(d).  Qp (k, d)
@@ -309,88 +394,24 @@ def full_chunk(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, untied, eta
     each row.  Weak recovery: ||C[0]||^2 >= eta2 (tied/attention) or sum_l C[l, 0]^2 / L >= eta2
     (untied).  Returns (index of the first step after which recovery holds or -1, sum of losses).
     """
-    n, L, d = G.shape
-    k = Qp.shape[0]
-    delta = np.empty(L)
-    work = np.empty((L, L))
-    z = np.empty(L)
-    corr = np.empty(L)
-    dots = np.empty(1 + k)
-    pjs = np.empty(max(k, 1))
-    hit = -1
-    loss_sum = 0.0
-    for t in range(n):
-        loss_sum += _full_step(
-            W,
-            ustar,
-            Qp,
-            Bpe,
-            G[t],
-            zstar[t],
-            Y[t],
-            gamma,
-            head,
-            Rm,
-            act,
-            untied,
-            C,
-            delta,
-            work,
-            z,
-            corr,
-            dots,
-            pjs,
-        )
-        if hit < 0 and _recovered(C, untied, eta2):
-            hit = t
-    return hit, loss_sum
+    nostate = np.zeros(4, dtype=np.uint64)
+    return _full_steps(
+        W, ustar, Qp, Bpe, G, nostate, zstar[: G.shape[0]], Y, gamma, head, Rm, act, fv, fd,
+        untied, eta2, C,
+    )  # fmt: skip
 
 
 @numba.njit(cache=True)
-def full_chunk_rng(W, ustar, Qp, Bpe, state, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+def full_chunk_rng(
+    W, ustar, Qp, Bpe, state, zstar, Y, gamma, head, Rm, act, fv, fd, untied, eta2, C
+):
     """:func:`full_chunk` with the Gaussian token rows drawn inside the kernel (xoshiro256** +
     ziggurat, state (4,) uint64 advanced in place): n = zstar.shape[0] steps, same outputs.
     Equals ``full_chunk`` fed with ``fill_normals(state, (n, L, d))`` from the same state."""
-    n, L = zstar.shape
-    d = W.shape[1]
-    k = Qp.shape[0]
-    delta = np.empty(L)
-    work = np.empty((L, L))
-    z = np.empty(L)
-    corr = np.empty(L)
-    dots = np.empty(1 + k)
-    pjs = np.empty(max(k, 1))
-    Gt = np.empty((L, d))
-    hit = -1
-    loss_sum = 0.0
-    for t in range(n):
-        for l in range(L):
-            for i in range(d):
-                Gt[l, i] = zig_normal(state)
-        loss_sum += _full_step(
-            W,
-            ustar,
-            Qp,
-            Bpe,
-            Gt,
-            zstar[t],
-            Y[t],
-            gamma,
-            head,
-            Rm,
-            act,
-            untied,
-            C,
-            delta,
-            work,
-            z,
-            corr,
-            dots,
-            pjs,
-        )
-        if hit < 0 and _recovered(C, untied, eta2):
-            hit = t
-    return hit, loss_sum
+    nog = np.empty((0, zstar.shape[1], W.shape[1]))
+    return _full_steps(
+        W, ustar, Qp, Bpe, nog, state, zstar, Y, gamma, head, Rm, act, fv, fd, untied, eta2, C
+    )
 
 
 # =========================================================================== in-kernel RNG
@@ -441,7 +462,7 @@ def full_chunk_reference(W, ustar, Qp, Bpe, G, zstar, Y, gamma, head, Rm, act, u
 
 
 @numba.njit(cache=True)
-def reduced_chunk(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta2):
+def reduced_chunk(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, fv, fd, untied, eta2):
     """Run ``alpha.shape[0]`` steps of the exact reduced chain in place on (C, rr).
 
     C (R, 1 + k): frame coordinates c (c[0] = m, c[1:] = coordinates along the orthonormal
@@ -471,7 +492,7 @@ def reduced_chunk(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, untied, eta
                 for j in range(k1 - 1):
                     zl += Bpe[l, j] * C[r, 1 + j]
             z[l] = zl
-        loss_sum += head_grad(head, z, Y[t], Rm, act, delta, work)
+        loss_sum += head_grad(head, z, Y[t], Rm, act, fv, fd, delta, work)
         for r in range(R):
             if untied:
                 dl = delta[r]
@@ -554,7 +575,7 @@ def reduced_chunk_reference(C, rr, Bpe, alpha, beta, chi, Y, h, head, Rm, act, u
 
 
 @numba.njit(cache=True)
-def flat_chunk(c, r, alpha, beta, chi, Y, h, act, eta2):
+def flat_chunk(c, r, alpha, beta, chi, Y, h, act, fv, fd, eta2):
     """Exact reduced chain of the FLATTENED untied network, ``alpha.shape[0]`` steps in place.
 
     W in R^{L x d} on one sphere of radius sqrt(L d); c (L,) = coordinates of W/sqrt(L d) along
@@ -572,10 +593,10 @@ def flat_chunk(c, r, alpha, beta, chi, Y, h, act, eta2):
         u = r[0] * beta[t]
         for l in range(L):
             u += c[l] * alpha[t, l]
-        s = act_value(act, u)
+        s = act_value(act, u, fv)
         res = s - Y[t]
         loss_sum += res * res
-        dl = 2.0 * res * act_deriv(act, u)
+        dl = 2.0 * res * act_deriv(act, u, fd)
         nrm2 = 0.0
         for l in range(L):
             cn[l] = c[l] - h * dl * alpha[t, l]
@@ -717,7 +738,9 @@ def _scale(x, a, d):
 
 
 @numba.njit(cache=True)
-def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, untied, eta2, C):
+def full_chunk_fast(
+    W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, fv, fd, untied, eta2, C
+):
     """:func:`full_chunk` with the Gaussian rows drawn in the kernel by the block generator
     (lanes ``S`` (4, NLANES), scalar state ``s`` (4,), both advanced in place): n = zstar.shape[0]
     steps, same outputs.  Step t uses the rows of ``_blocknormal.fill_rows`` on an (L, padded d)
@@ -766,7 +789,7 @@ def full_chunk_fast(W, ustar, Qp, Bpe, S, s, zstar, Y, gamma, head, Rm, act, unt
                 for j in range(k):
                     zl += Bpe[l, j] * C[r, 1 + j]
             z[l] = zl
-        loss_sum += head_grad(head, z, Y[t], Rm, act, delta, work)
+        loss_sum += head_grad(head, z, Y[t], Rm, act, fv, fd, delta, work)
         # ---- update of v = w / sig, renormalisation folded into sig
         for r in range(R):
             inv = 1.0 / sig[r]

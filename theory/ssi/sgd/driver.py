@@ -36,7 +36,7 @@ import numpy as np
 from theory._util import check_int, check_positive, to_jsonable
 from theory.rng import as_rng
 from theory.ssi import trajectory as tr
-from theory.ssi._kernels import activation_code
+from theory.ssi._kernels import kernel_activation
 from theory.ssi.risk import AttentionModel, SSIModel, TiedNetwork, UntiedNetwork
 from theory.ssi.sgd import _kernels as K
 from theory.ssi.trajectory import Trajectory, classify_minimum
@@ -67,24 +67,24 @@ class SGDResult(Trajectory):
         return to_jsonable(out)
 
 
-def kernel_head(model: SSIModel) -> tuple[int, np.ndarray, int]:
-    """(head code, reduction matrix Rm (L, L), activation code) of the numba kernels for a model
-    (``theory.ssi.sgd._kernels``)."""
+def kernel_head(model: SSIModel) -> tuple[int, np.ndarray, tuple]:
+    """(head code, reduction matrix Rm (L, L), activation (code, fv, fd)) of the numba kernels
+    for a model (``theory.ssi.sgd._kernels``; ``theory.ssi._kernels.kernel_activation``)."""
     L = model.L
     if isinstance(model, TiedNetwork):  # tied and untied networks
-        return K.HEAD_NETWORK, np.zeros((L, L)), activation_code(model.activation)
+        return K.HEAD_NETWORK, np.zeros((L, L)), kernel_activation(model.activation)
     if not isinstance(model, AttentionModel):
         raise ValueError(
             f"cannot simulate a {type(model).__name__}: pass an AttentionModel, TiedNetwork or "
             "UntiedNetwork"
         )
     if model.reduction == "identity":
-        return K.HEAD_MATRIX, np.zeros((L, L)), 0
+        return K.HEAD_MATRIX, np.zeros((L, L)), (0, *K.NO_CALLBACKS)
     if model.reduction == "trace":
         scale = 1.0 if model.trace_norm == "sum" else 1.0 / math.sqrt(L)
-        return K.HEAD_FUNCTIONAL, scale * np.eye(L), 0
+        return K.HEAD_FUNCTIONAL, scale * np.eye(L), (0, *K.NO_CALLBACKS)
     a, b = model.proj
-    return K.HEAD_FUNCTIONAL, np.outer(a, b), 0
+    return K.HEAD_FUNCTIONAL, np.outer(a, b), (0, *K.NO_CALLBACKS)
 
 
 def is_flat(model: SSIModel) -> bool:
@@ -107,7 +107,7 @@ def check_run(model, d, lr, *, eta=None, m0=None, start="random", steps=None, ma
     steps, max_steps) with the defaults filled in.  ``simulate_seeds`` calls it before starting
     any run."""
     d = check_int("d", d, hi=MAX_D)
-    kernel_head(model)  # a model the kernels cannot run (e.g. a written activation of no kernel)
+    kernel_head(model)  # a model the kernels cannot run (ValueError), written activations compiled
     if d < model.B.shape[1] + 3:
         raise ValueError(
             f"d = {d} is too small: need d >= {model.B.shape[1] + 3} (teacher, encoding "

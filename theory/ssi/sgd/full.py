@@ -90,7 +90,7 @@ class _FullState:
                     lr,
                     head,
                     Rm,
-                    act,
+                    *act,
                     untied,
                     eta2,
                     self.C,
@@ -109,14 +109,14 @@ class _FullState:
                 lr,
                 head,
                 Rm,
-                act,
+                *act,
                 untied,
                 eta2,
                 self.C,
             )
         G = rng.standard_normal((n, L, d))
         return K.full_chunk(
-            self.W, self.ustar, self.Qp, self.B, G, zs, Y, lr, head, Rm, act, untied, eta2, self.C
+            self.W, self.ustar, self.Qp, self.B, G, zs, Y, lr, head, Rm, *act, untied, eta2, self.C
         )
 
     def chunk_max(self):

@@ -116,7 +116,7 @@ class _ReducedState:
             lr / self.d,
             head,
             Rm,
-            act,
+            *act,
             self.model.untied,
             eta2,
         )
@@ -143,7 +143,7 @@ class _FlatReducedState:
         beta = rng.standard_normal(n)
         chi = rng.chisquare(D - L - 1, n)
         Y = np.ascontiguousarray(tfn(alpha)[:, 0])
-        return K.flat_chunk(self.c, self.r, alpha, beta, chi, Y, lr / D, act, eta2)
+        return K.flat_chunk(self.c, self.r, alpha, beta, chi, Y, lr / D, *act, eta2)
 
     def chunk_max(self):
         return 1 << 14
