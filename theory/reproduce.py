@@ -51,6 +51,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.ssi.figures.sgd",
     "theory.ssi.figures.gain",
     "theory.ssi.figures.equal_gain",
+    "theory.ssi.figures.injected",
     "theory.histogram.figures",
 )
 

@@ -112,3 +112,15 @@ def test_ode_matches_full_d_sgd_with_injected_encoding():
         ms = np.array([np.interp(t, r.t, r.m) for r in runs])
         se = ms.std(ddof=1) / math.sqrt(len(ms))
         assert abs(ms.mean() - np.interp(t, o.t, o.m)) < 3 * se + 0.01
+
+
+def test_shifted_target_is_the_target_at_z_plus_a():
+    # the target that sees the encoding: g(z + a), checked on He_2 by hand:
+    # He_2(z + a) = z^2 + 2 a z + a^2 - 1
+    import sympy as sp
+
+    from theory.ssi.figures.injected import shifted_target
+
+    z1, z2 = sp.symbols("z1 z2")
+    got = shifted_target("z1**2 - 1 + z2", (0.5, -2.0))
+    assert sp.simplify(got - (z1**2 + z1 + 0.25 - 1 + z2 - 2.0)) == 0
