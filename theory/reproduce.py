@@ -52,6 +52,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.ssi.figures.gain",
     "theory.ssi.figures.equal_gain",
     "theory.ssi.figures.injected",
+    "theory.ssi.figures.overdriven",
     "theory.histogram.figures",
 )
 
