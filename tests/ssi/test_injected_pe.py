@@ -1,6 +1,7 @@
 """The injected positional encoding P_l = a_l w*/sqrt(d) + P~_l (AttentionModel(pe_target=a),
 docs/ssi.md section 4b; paper Fig. 6): risk, gradient, Hessian, ODE and the full-d simulator."""
 
+import json
 import math
 
 import numpy as np
@@ -124,3 +125,29 @@ def test_shifted_target_is_the_target_at_z_plus_a():
     z1, z2 = sp.symbols("z1 z2")
     got = shifted_target("z1**2 - 1 + z2", (0.5, -2.0))
     assert sp.simplify(got - (z1**2 + z1 + 0.25 - 1 + z2 - 2.0)) == 0
+
+
+@pytest.mark.slow  # the flatness run takes ~1 min on the loaded machine
+def test_cli_pe_target(capsys):
+    # the CLI builds the injected model: `sgd flatness` finds kappa = 2 for the odd target
+    # (without --pe-target it finds no finite kappa, the Hessian at the origin being 0)
+    from theory.cli import main
+
+    assert main(["sgd", "flatness", "--target", ODD, "--trace-norm", "sqrtL",
+                 "--pe-target=-1,-1", "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["kappa"] == 2 and "pe_target" in out["model"]
+
+
+def test_cli_bad_pe_target_exits_2():
+    # what the model cannot take: exit 2 with one line
+    from theory.cli import main
+
+    assert (
+        main(["sgd", "ode", "--target", ODD, "--pe-target=-1", "--lr", "0.05", "--d", "100"]) == 2
+    )
+    assert (
+        main(["sgd", "ode", "--target", ODD, "--pe-target=x,1", "--lr", "0.05", "--d", "100"]) == 2
+    )
+    tied = ["sgd", "ode", "--model", "tied", "--target", ODD, "--pe-target=1,1"]
+    assert main([*tied, "--lr", "0.05", "--d", "100"]) == 2
