@@ -52,6 +52,8 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.ssi.figures.sgd",
     "theory.ssi.figures.gain",
     "theory.ssi.figures.equal_gain",
+    "theory.ssi.figures.injected",
+    "theory.ssi.figures.overdriven",
     "theory.histogram.figures",
 )
 

@@ -105,3 +105,22 @@ def test_protocol_figure_is_registered():
     assert "theory.ssi.figures.gain" in FIGURE_MODULES
     assert set(FIGURES) == {"sgd-gain-published-protocol"}
     assert published_lr_tied(4) == pytest.approx(4e-4)  # 2e-4 sqrt(L)
+
+
+@pytest.mark.slow  # ~4 s idle, 12 s on the loaded 2-core machine
+def test_overdriven_protocol_is_the_L1_network_at_L_times_the_step():
+    """Fig. 9 protocol (docs/findings.md §6, "Fig. 9"): for sum_l z_l/sqrt(L) the untied ODE in
+    the a-coordinates is the tied ODE slowed by L (drift and noise), and the tied network on this
+    target is the L = 1 network on z1; so with gamma_untied = L gamma_tied the gain is
+    t_1(L gamma) / t_1(gamma), escape times of the L = 1 network.  Checked: the package's
+    untied/tied protocol gain at L = 8 against two ODEs of TiedNetwork("z1", L=1).
+    Tolerance 1e-3: both sides are ODE escape times at rtol 1e-8 (interpolated crossings)."""
+    from theory.ssi import TiedNetwork, integrate_ode
+
+    L, d, g = 8, 3000, 0.05
+    eta, m0 = 0.05, 1 / math.sqrt(d)
+    res = G.protocol_gains(G.family_target("sum_z", L), L, d, eta, g, L * g, m0=m0)
+    one = TiedNetwork("z1", L=1, activation="relu")
+    t_fast = integrate_ode(one, L * g, d, m0=m0, eta=eta).t_escape
+    t_slow = integrate_ode(one, g, d, m0=m0, eta=eta).t_escape
+    assert res.gain_protocol_ode == pytest.approx(t_fast / t_slow, rel=1e-3)

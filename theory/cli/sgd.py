@@ -54,6 +54,14 @@ def _add_model_args(p, *, default_L=None):
         "or orthonormal rows (default: opposite for --omega/--a, else none)",
     )
     g.add_argument(
+        "--pe-target",
+        default=None,
+        dest="pe_target",
+        metavar="A1,...,AL",
+        help="injected encoding (attention, scalar target): the components a_l of P_l along "
+        "w*, P_l = a_l w*/sqrt(d) + P~_l (paper Fig. 6; docs/ssi.md section 4b)",
+    )
+    g.add_argument(
         "--reduction",
         choices=("identity", "trace"),
         default=None,
@@ -105,6 +113,17 @@ def _write_out(args, trajectories, payload):
         payload["out"] = args.out
 
 
+def _pe_target(args):
+    """The --pe-target list a_1..a_L (None when not given)."""
+    v = getattr(args, "pe_target", None)
+    if v is None:
+        return None
+    try:
+        return [float(x) for x in v.split(",")]
+    except ValueError:
+        raise ValueError(f"--pe-target must be L comma-separated numbers, got {v!r}") from None
+
+
 def build_model(args):
     """The ``theory.ssi`` model described by the common options."""
     from theory import ssi
@@ -114,6 +133,8 @@ def build_model(args):
         raise ValueError("give either --target or --omega/--a, not both")
     if not ps and args.target is None:
         raise ValueError("give a target: --target EXPR or --omega W --a A")
+    if getattr(args, "pe_target", None) is not None and (ps or args.model != "attention"):
+        raise ValueError("--pe-target is for --model attention with a scalar --target")
     if ps:
         if args.omega is None or args.a is None:
             raise ValueError("the positional-semantic target needs both --omega and --a")
@@ -132,6 +153,7 @@ def build_model(args):
             pe=args.pe or "none",
             reduction=args.reduction or "trace",
             trace_norm=args.trace_norm,
+            pe_target=_pe_target(args),
         )
     if args.pe not in (None, "none"):
         raise ValueError("the tied/untied networks have no positional encoding: drop --pe")

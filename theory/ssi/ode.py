@@ -80,9 +80,10 @@ def rhs(model: SSIModel, y: np.ndarray, lr: float) -> np.ndarray:
         q = model._raw(np.zeros(model.L), mv)
         return -(1 - mv**2) * q["dRdm"] - 0.5 * lr * q["K"] * mv
     m = float(y[r])
-    q = model._raw(model.B @ c, np.full(model.L, m))
+    mv = np.full(model.L, m)
+    q = model._raw(model.e_raw(c, mv), mv)
     gc = model.B.T @ q["dRde"]
-    gm = float(np.sum(q["dRdm"]))
+    gm = model.dRdm_total(q)
     K = float(np.sum(q["K"]))
     common = m * gm + float(c @ gc)
     dc = -gc + c * common - 0.5 * lr * K * c

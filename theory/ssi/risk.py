@@ -60,6 +60,7 @@ __all__ = ["SSIModel", "AttentionModel", "TiedNetwork", "UntiedNetwork", "ps_mod
 QUAD_GH_NODES = {1: 60, 2: 16}  # per dimension of the 2L-dim (xi, eta) rule
 STUDENT_GH_NODES = {1: 120, 2: 64, 3: 24, 4: 14}  # per dimension of the L-dim student rule
 QMC_POINTS = 2**15
+MAX_PE_TARGET = 10.0  # |a_l|: the encoding's component along w* (z_l shifts by a_l m)
 STUDENT_CHEB = 40  # Chebyshev nodes in the reduced coordinate for one-dimensional encodings
 
 
@@ -108,6 +109,8 @@ class SSIModel:
         self.B = B
         self.r = B.shape[1]
         self.G = B @ B.T
+        if not hasattr(self, "a_pe"):
+            self.a_pe = np.zeros(self.L)  # encoding components along w* (AttentionModel)
         poly = isinstance(self.target, Target) and self.target.is_polynomial
         ps_ok = (
             isinstance(self.target, PositionalSemanticTarget)
@@ -115,6 +118,7 @@ class SSIModel:
             and self.kind == "attention"
             and self.reduction == "identity"
             and self.r <= 1
+            and not np.any(self.a_pe)
             and (self.r == 0 or np.allclose(np.abs(B[:, 0]), 1.0) and B[0, 0] == -B[1, 0])
         )
         if engine == "auto":
@@ -190,7 +194,13 @@ class SSIModel:
             mv = np.full(self.L, float(np.asarray(m, dtype=float).ravel()[0]))
         if np.any(np.abs(mv) > 1 + 1e-12):
             raise ValueError(f"|m| must be <= 1, got {mv}")
-        return c, self.B @ c, np.clip(mv, -1.0, 1.0)
+        mv = np.clip(mv, -1.0, 1.0)
+        return c, self.e_raw(c, mv), mv
+
+    def e_raw(self, c: np.ndarray, mv: np.ndarray) -> np.ndarray:
+        """The shifts e_l = P_l . w / sqrt(d) at reduced coordinates c and overlaps mv (L,):
+        B c, plus a_l m for an encoding with components a_l along w* (docs/ssi.md section 4b)."""
+        return self.B @ c + self.a_pe * mv
 
     # ---------------------------------------------------------------- raw quantities
     def _raw(self, e_raw, mv, hess=False):
@@ -379,8 +389,13 @@ class SSIModel:
         q = self._raw(er, mv)
         ge = self.B.T @ q["dRde"]
         ge = float(ge[0]) if self.r == 1 else ge
-        gm = q["dRdm"] if self.untied else float(np.sum(q["dRdm"]))
+        gm = q["dRdm"] if self.untied else self.dRdm_total(q)
         return ge, gm
+
+    def dRdm_total(self, q: dict) -> float:
+        """dR/dm of the tied student from the raw derivatives ``q``: sum_l dR/dm_l, plus
+        a . dR/de (chain rule through e_l = (B c)_l + a_l m, docs/ssi.md section 4b)."""
+        return float(np.sum(q["dRdm"]) + self.a_pe @ q["dRde"])
 
     def noise_K(
         self, e: float | np.ndarray | None = None, m: float | np.ndarray = 0.0
@@ -400,6 +415,7 @@ class SSIModel:
             T[L:, self.r :] = np.eye(L)
         else:
             T[L:, self.r] = 1.0
+            T[:L, self.r] = self.a_pe  # e_raw moves with m along the components on w*
         return T
 
     def hessian(
@@ -452,6 +468,10 @@ class AttentionModel(SSIModel):
     reduction : "identity" (matrix output, squared Frobenius loss), "trace" or
         ("projection", a, b) = a^T A b.
     trace_norm : "sum" (Tr A) or "sqrtL" (Tr A / sqrt(L), the authors' code).
+    pe_target : None (default: P orthogonal to w*) or a_l, l = 1..L: the injected encoding
+        P_l = a_l w*/sqrt(d) + P~_l with P~ the encoding given by ``pe`` (orthogonal to w*), so
+        e_l = (B c)_l + a_l m (paper Fig. 6; docs/ssi.md section 4b).  The reduced coordinates
+        c stay those of P~.
     engine, method, n, n_student, rng : see the module docstring (``n`` = nodes per dimension
         for GH, points for QMC/MC; ``rng`` draws the QMC/MC nodes).
     """
@@ -471,8 +491,18 @@ class AttentionModel(SSIModel):
         n=None,
         n_student=None,
         rng=0,
+        pe_target=None,
     ):
         L = check_int("L", L, lo=1, hi=MAX_L)
+        self.a_pe = np.zeros(L)
+        if pe_target is not None:
+            a = np.atleast_1d(np.asarray(pe_target, dtype=float)).ravel()
+            if a.shape != (L,) or not np.all(np.isfinite(a)) or np.any(np.abs(a) > MAX_PE_TARGET):
+                raise ValueError(
+                    f"pe_target must be L = {L} finite numbers of size <= {MAX_PE_TARGET:g} "
+                    f"(the encoding's components along w*), got {pe_target!r}"
+                )
+            self.a_pe = a
         if isinstance(reduction, str):
             red = reduction
             if red not in ("identity", "trace"):
@@ -495,8 +525,9 @@ class AttentionModel(SSIModel):
         self._setup(target, L, _pe_basis(pe, L), engine, method, n, rng)
 
     def __repr__(self):
+        inj = f", pe_target={self.a_pe.tolist()}" if np.any(self.a_pe) else ""
         return (
-            f"AttentionModel({self.target!r}, L={self.L}, pe={self.pe!r}, "
+            f"AttentionModel({self.target!r}, L={self.L}, pe={self.pe!r}{inj}, "
             f"reduction={self.reduction!r}, engine={self.engine!r})"
         )
 
@@ -511,7 +542,7 @@ class AttentionModel(SSIModel):
             reduction=self.reduction,
             trace_norm=self.trace_norm,
             projection=proj,
-        )
+        ) | ({"pe_target": self.a_pe.tolist()} if np.any(self.a_pe) else {})
 
     def student(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         A, dA = attention_jac(z)

@@ -30,6 +30,7 @@ __all__ = ["simulate_sgd", "FAST_MIN_D"]
 #: (``theory.ssi.sgd._blocknormal``; rows padded to a multiple of 128 draws); below, with the
 #: scalar generator of ``theory.rng`` (per-step cost measured in BENCHMARKS.md, "SGD simulation").
 FAST_MIN_D = 32
+_EPS = 2.0**-20  # scale of the extra frame direction of an injected encoding (see _FullState)
 
 
 class _FullState:
@@ -59,6 +60,15 @@ class _FullState:
         self.W = W
         self.C = C0.copy()
         self._resync()
+        if np.any(model.a_pe):
+            # injected encoding P_l = a_l w*/sqrt(d) + P~_l (docs/ssi.md section 4b): the kernels
+            # see one more encoding direction EPS u* with coefficients a_l / EPS, so that
+            # P_l . w / sqrt(d) gains a_l m and the gradient gains a_l u* / sqrt(d) exactly
+            # (EPS a power of two: both scalings are exact); its frame coordinate EPS m adds
+            # EPS^2 m^2 (~1e-12 m^2) to the recovery norm.  coords() drops it.
+            self.Qp = np.ascontiguousarray(np.vstack([self.Qp, _EPS * self.ustar]))
+            self.B = np.ascontiguousarray(np.hstack([self.B, model.a_pe[:, None] / _EPS]))
+            self.C = np.hstack([self.C, _EPS * self.C[:, :1]])
 
     def _resync(self):
         sd = math.sqrt(self.d)
@@ -125,7 +135,7 @@ class _FullState:
         return max(1, (1 << 19) // (self.model.L * self.d))
 
     def coords(self):
-        return self.C.copy()
+        return self.C[:, : 1 + self.model.r].copy()
 
 
 def simulate_sgd(

@@ -168,6 +168,11 @@ def simulate_reduced(
     margin: float = 1.0,
     t_margin: float = 10.0,
 ) -> SGDResult:
+    if np.any(model.a_pe):
+        raise ValueError(
+            "the reduced chain has no injected encoding (pe_target): use simulate_sgd (the "
+            "full-d simulator) or simulate_seeds(..., reduced=False)"
+        )
     return run(
         model,
         d,
