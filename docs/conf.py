@@ -75,6 +75,14 @@ def escape_bars(app, what, name, obj, options, lines):
         lines[i] = "``".join(parts)
 
 
+def drop_type_docstrings(app, what, name, obj, options, lines):
+    """A constant without a ``#:`` comment would show its type's docstring (tuple's, dict's)."""
+    first = lines[0].strip() if lines else ""
+    if what == "data" and first and first in (type(obj).__doc__ or ""):
+        lines.clear()
+
+
 def setup(app):
     # before numpydoc (priority 500) rewrites the docstring into reST
     app.connect("autodoc-process-docstring", escape_bars, priority=400)
+    app.connect("autodoc-process-docstring", drop_type_docstrings, priority=300)

@@ -8,6 +8,9 @@ At ``builder-inited`` (before Sphinx looks for source files) it writes, under ``
 * ``gallery.md`` and ``gallery/*.png`` -- the full-mode gallery: the "## Gallery" section of
   ``figures/full/SUMMARY.md`` (captions with the numbers of that run), then every other figure of
   ``figures/full/`` under the record that describes it;
+* ``api.md`` -- the API reference: for each package of ``API``, its docstring and one entry per
+  name of its ``__all__`` (``autoclass`` / ``autofunction`` / ``autodata``), so a name added to
+  ``__all__`` is documented without editing a page;
 * ``tutorials/*.ipynb`` -- the notebooks of ``notebooks/``, which MyST-NB executes during the
   build (``conf.py`` sets ``THEORY_NOTEBOOK_QUICK=1``, the notebooks' small sizes).
 """
@@ -15,6 +18,8 @@ At ``builder-inited`` (before Sphinx looks for source files) it writes, under ``
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -115,6 +120,35 @@ def write_gallery() -> None:
     _write(OUT / "gallery.md", text)
 
 
+API = (
+    ("theory.attention", "positional vs semantic learning by ERM"),
+    ("theory.ssi", "SGD in sequence single-index models"),
+    ("theory.histogram", "the histogram counting task"),
+    ("theory.solve", "the shared iteration core and roots"),
+    ("theory.results", "the result contract"),
+)
+
+
+def write_api() -> None:
+    parts = [
+        "# API reference\n\n"
+        "The public surface of each package: every name of its `__all__`, with its docstring "
+        "(generated at build time). Every public computation returns a `Result` "
+        "(`theory.results`) with a `status` and a `message`; theory and simulation share field "
+        "names, error bars are `<field>_err`.\n"
+    ]
+    for package, title in API:
+        module = importlib.import_module(package)
+        entries = [f".. automodule:: {package}\n   :no-members:\n"]
+        for name in module.__all__:
+            obj = getattr(module, name)
+            kind = "class" if inspect.isclass(obj) else "function" if callable(obj) else "data"
+            entries.append(f".. auto{kind}:: {package}.{name}\n")
+        body = "\n".join(entries)
+        parts.append(f"## `{package}` -- {title}\n\n```{{eval-rst}}\n{body}```\n")
+    _write(OUT / "api.md", "\n".join(parts))
+
+
 def write_tutorials() -> None:
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         _write(OUT / "tutorials" / nb.name, nb.read_bytes())
@@ -123,6 +157,7 @@ def write_tutorials() -> None:
 def generate(app=None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     write_cli()
+    write_api()
     write_gallery()
     write_tutorials()
 
