@@ -115,17 +115,21 @@ def test_notebook_page_shows_the_figures_of_its_execution(html, nb):
     assert page.math, f"{nb}: the notebook's $-math is not rendered"
 
 
-@pytest.mark.parametrize("name", ["histogram", "solver"])
+@pytest.mark.parametrize("name", ["histogram", "solver", "findings"])
 def test_mathematics_page_has_rendered_equations(html, name):
+    # every $$ block of the page's source becomes one MathJax display container, numbered
+    # equations keeping their number (\tag)
     source = (DOCS / f"{name}.md").read_text()
-    tags = re.findall(r"\\tag\{([^}]+)\}", source)
-    assert tags
+    blocks = re.findall(r"^ *\$\$\n(.*?)\n *\$\$", source, flags=re.M | re.S)
+    assert blocks
     page = Page(html / f"{name}.html")
     assert any("mathjax" in s.lower() for s in page.scripts), "MathJax is not loaded"
-    display = [m for m in page.math if m.strip().startswith("\\[")]
-    assert len(display) == len(tags)
-    for tag, math in zip(tags, display):
-        assert f"\\tag{{{tag}}}" in math
+    display = [m.strip() for m in page.math if m.strip().startswith("\\[")]
+    assert len(display) == len(blocks)
+    for block, math in zip(blocks, display):
+        assert math.endswith("\\]") and " ".join(block.split()) in " ".join(math.split())
+    tags = re.findall(r"\\tag\{([^}]+)\}", source)
+    assert all(any(f"\\tag{{{t}}}" in m for m in display) for t in tags)
 
 
 def _commands(parser: argparse.ArgumentParser):
