@@ -118,6 +118,63 @@ def mean_and_sem(rows: list[dict], x: str, y: str):
     return xs, means, np.array(sem)
 
 
+#: Axis labels in words for the result fields (one home: every overlay and ``theory overlay``).
+#: ``m_<l>`` / ``e_<j>`` (row and encoding components) and ``<field>_err`` are derived
+#: (:func:`field_label`).
+FIELD_LABELS = {
+    # the SGD trajectory (theory.ssi.trajectory.Trajectory)
+    "t": "time t = γν/d",
+    "steps": "SGD steps ν",
+    "m": "overlap m with the teacher",
+    "e": "overlap e with the positional encoding",
+    "risk": "risk (population: ODE; mean sample loss: SGD)",
+    "final_m": "final overlap m",
+    "final_e": "final positional overlap e",
+    "t_escape": "weak-recovery time t",
+    "steps_escape": "weak-recovery steps ν",
+    "lr": "step size γ",
+    "d": "dimension d",
+    "eta": "weak-recovery threshold η",
+    "L": "sequence length L",
+    # the ERM theory and simulations (theory.attention)
+    "alpha": "sample ratio α = n/d",
+    "omega": "positional weight ω",
+    "sigma": "token noise σ",
+    "lam": "ridge λ",
+    "q": "self-overlap q",
+    "theta": "semantic overlap θ",
+    "theta_over_sigma2": "semantic overlap θ/σ²",
+    "V": "variance V",
+    "eps_t": "training loss ε_t",
+    "eps_g": "test error ε_g",
+    "alpha_c": "transition α_c",
+    "alpha_l": "linear-baseline crossing α_l",
+    # the tied/untied gain (theory.ssi.gain)
+    "gain_equal": "gain ν_untied/ν_tied (equal step)",
+    "gain_optimal": "gain ν_untied/ν_tied (optimal steps)",
+    "gain_sim": "simulated gain ν_untied/ν_tied",
+}
+
+
+def field_label(name: str) -> str:
+    """The axis label of a result field (:data:`FIELD_LABELS`; ``m_2`` -> "overlap m of row 2",
+    ``e_1`` -> "positional overlap e component 1", ``x_err`` -> "error of <x>"); an unknown name
+    is its own label."""
+    if name in FIELD_LABELS:
+        return FIELD_LABELS[name]
+    base, _, idx = name.rpartition("_")
+    if base in ("m", "e") and idx.isdigit():
+        return f"{FIELD_LABELS[base]}, {'row' if base == 'm' else 'component'} {idx}"
+    if name.endswith("_err"):
+        return f"standard error of {field_label(name[:-4])}"
+    return name
+
+
+def is_known_field(name: str) -> bool:
+    """Whether ``name`` is a result field of :data:`FIELD_LABELS` (or derived from one)."""
+    return field_label(name) != name
+
+
 def overlay(
     ax,
     theory=(),
@@ -148,6 +205,6 @@ def overlay(
     if sim:
         xs, mu, se = mean_and_sem(sim, x, y)
         ax.errorbar(xs, mu, yerr=se, color=color, label=f"{label}{sim_label}", **SIM_STYLE)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(field_label(x))
+    ax.set_ylabel(field_label(y))
     return ax

@@ -43,6 +43,7 @@ __all__ = [
     "cache_dir",
     "point_key",
     "read_table",
+    "write_table",
 ]
 
 
@@ -248,11 +249,78 @@ class ResultTable:
 
 
 def read_table(path) -> list[dict]:
-    """Read a sweep table (CSV or JSON lines) into a list of dicts, dropping the ``_key`` column."""
-    rows = ResultTable(path).read()
+    """Read a table into a list of dicts, dropping the ``_key`` column: CSV, JSON lines (also a
+    ``.json`` file holding one JSON array of objects), or, if pandas is installed, any other file
+    pandas reads (Excel, Parquet, ...).  A missing file raises OSError; an unreadable one
+    ValueError."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no table at {str(path)!r}")
+    suf = path.suffix.lower()
+    if suf == ".json" and path.read_text(encoding="utf-8").lstrip().startswith("["):
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"cannot read {path.name!r} as JSON: {exc}") from None
+        if not all(isinstance(r, dict) for r in rows):
+            raise ValueError(f"{path.name!r} must hold a JSON array of objects (one per row)")
+    elif suf in (".csv", ".jsonl", ".ndjson", ".json"):
+        rows = ResultTable(path).read()
+    else:
+        rows = _read_pandas(path)
     for r in rows:
         r.pop(KEY_COLUMN, None)
     return rows
+
+
+def _read_pandas(path: Path) -> list[dict]:
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ValueError(
+            f"cannot read {path.name!r}: give a .csv or .jsonl file (other formats need pandas, "
+            "which is not installed)"
+        ) from None
+    readers = {
+        ".xlsx": pd.read_excel,
+        ".xls": pd.read_excel,
+        ".parquet": pd.read_parquet,
+        ".feather": pd.read_feather,
+        ".tsv": lambda p: pd.read_csv(p, sep="\t"),
+        ".txt": lambda p: pd.read_csv(p, sep=None, engine="python"),
+        ".pkl": pd.read_pickle,
+        ".pickle": pd.read_pickle,
+    }
+    reader = readers.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(
+            f"cannot tell the table format of {path.name!r}: use .csv, .jsonl, .json or one of "
+            f"{sorted(readers)} (with pandas)"
+        )
+    try:
+        frame = reader(path)
+    except (ImportError, ValueError) as exc:
+        raise ValueError(f"cannot read {path.name!r} with pandas: {exc}") from None
+    return [to_jsonable(r) for r in frame.to_dict(orient="records")]
+
+
+def write_table(path, rows) -> Path:
+    """Write ``rows`` (dicts) atomically as a table whose format follows the extension: CSV
+    (``.csv``; the columns in order of first appearance, numbers exact, None empty) or JSON
+    lines (``.jsonl``, ``.ndjson``, ``.json``) -- the formats :func:`read_table` reads back."""
+    fmt = ResultTable(path).format  # ValueError for an unknown extension
+    rows = [to_jsonable(dict(r)) for r in rows]
+    if fmt == "jsonl":
+        text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+    else:
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        for r in rows:
+            w.writerow([_cell(r.get(c)) for c in cols])
+        text = buf.getvalue()
+    return atomic_write_text(path, text)
 
 
 class Store:

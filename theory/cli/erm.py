@@ -239,7 +239,9 @@ def _csv(rows, columns) -> str:
     return buf.getvalue()
 
 
-def cmd_curve(args):
+def curve_table(args):
+    """(params, rows, eps_g_lin) of the parsed ``theory erm curve`` options (:func:`curve_rows`;
+    also the theory of ``theory overlay "erm curve ..."``)."""
     from theory.attention import curve, linear_baseline
 
     p = _params(args)
@@ -254,7 +256,11 @@ def cmd_curve(args):
         **_fp_kwargs(args),
     )
     eps_lin = linear_baseline(p)
-    rows = curve_rows(res, p, eps_lin)
+    return p, curve_rows(res, p, eps_lin), eps_lin
+
+
+def cmd_curve(args):
+    p, rows, eps_lin = curve_table(args)
     if args.out:
         atomic_write_text(args.out, _csv(rows, CURVE_COLUMNS))
     if args.plot:
@@ -445,6 +451,11 @@ def _sim_common(p):
         help="initialisation (default semantic)",
     )
     p.add_argument("--seeds", type=int, default=3, help="number of seeds 0..S-1 (default 3)")
+    p.add_argument(
+        "--out",
+        help="write one row per seed (alpha, omega, sigma, lam, d, init, q, m, theta, eps_t, "
+        "eps_g, ..., seed) as CSV or JSON lines by the extension, for theory overlay",
+    )
     add_json(p)
 
 
@@ -463,6 +474,12 @@ def _run_seeds(args, run, extra=()):
         **_summarise(runs),
         runs=[{k: r.to_dict().get(k) for k in SIM_FIELDS + tuple(extra) + ("seed",)} for r in runs],
     )
+    if args.out:  # one row per seed, named as the theory's fields (theory overlay reads it)
+        from theory.store import write_table
+
+        const = dict(alpha=args.alpha, omega=args.omega, sigma=p.sigma, lam=p.lam, d=args.d)
+        write_table(args.out, [dict(const, init=args.init, **r) for r in payload["runs"]])
+        payload["out"] = args.out
     emit(args, payload)
 
 

@@ -1,9 +1,10 @@
 """``theory sgd ...``: SGD in sequence single-index models (``theory.ssi``; docs/ssi.md).
 
 Subcommands: ``ode`` (the (e, m) ODE to convergence), ``flatness`` (kappa and the Hessian at the
-origin), ``boundaries`` (the omega where each phase-diagram boolean flips at a = A),
-``phase-diagram`` (the six regions on an (a, omega) grid), ``simulate`` (finite-d SGD over seeds)
-and ``gain`` (tied/untied gain vs L, predicted and optionally simulated).
+origin), ``boundaries`` (where each phase-diagram boolean flips on a line of any L = 2
+teacher), ``phase-diagram`` (the six regions on an (a, omega) or (s, omega) grid),
+``classify`` (the region of one point, any L), ``simulate`` (finite-d SGD over seeds) and
+``gain`` (tied/untied gain vs L, predicted and optionally simulated).
 """
 
 from __future__ import annotations
@@ -69,9 +70,39 @@ def _add_model_args(p, *, default_L=None):
     g.add_argument(
         "--activation",
         default="relu",
-        help="activation of the tied/untied network (relu, linear, tanh, erf, "
-        "sigmoid, square, he2, abs)",
+        help="activation of the tied/untied network: a name (relu, linear, tanh, erf, "
+        "sigmoid, square, he2, abs, ...) or an expression in x in the target language "
+        "(e.g. 'x**2+x', 'tanh(2*x)'); an expression's Hermite moments come from the targets' "
+        "Hermite engine (exact or numerical, reported as activation_hermite); the simulators "
+        "run the names and expressions equal to one",
     )
+
+
+def _add_out(p, what):
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"write {what} as a table, CSV or JSON lines by the extension (.csv, .jsonl, "
+        ".json): one row per recorded time, columns t, steps, m, e (e_1..e_r for an encoding of "
+        "rank r > 1), m_1..m_L (untied), risk, lr, d, eta (and seed), the same for `sgd ode` and "
+        "`sgd simulate`, so `theory overlay` draws one over the other",
+    )
+
+
+def _activation_fields(model) -> dict:
+    """The student activation and how its Hermite moments were computed (networks only)."""
+    if not hasattr(model, "activation"):
+        return {}
+    return dict(activation=model.activation, activation_hermite=model.activation_hermite)
+
+
+def _write_out(args, trajectories, payload):
+    """``--out``: the rows of every trajectory in one table (theory.store.write_table)."""
+    if args.out:
+        from theory.store import write_table
+
+        write_table(args.out, [row for tr in trajectories for row in tr.points()])
+        payload["out"] = args.out
 
 
 def build_model(args):
@@ -151,6 +182,7 @@ def register(subparsers) -> None:
         dest="t_max",
         help="fixed horizon in ODE time (default: until stationary)",
     )
+    _add_out(q, "the whole trajectory")
     add_json(q)
     q.set_defaults(func=_ode)
 
@@ -178,41 +210,91 @@ def register(subparsers) -> None:
     q = sub.add_parser(
         "boundaries",
         formatter_class=fmt,
-        help="omega where the phase-diagram booleans flip at a = A",
-        description="On the line a = A of the phase diagram (docs/ssi.md section 8): the "
-        "omega in [0, 1] where (1) the steepest direction at the origin switches to "
-        "positional, (2) the global minimum switches to positional, (3) the positional minimum "
-        "appears, (4) the semantic minimum disappears (null where no flip).  Brent roots of "
-        "exact criteria (2-D integrals, Gauss-Hermite converged to ~1e-9).",
+        help="where the phase-diagram booleans flip for any L = 2 teacher",
+        description="On one line of the phase diagram of the L = 2 teacher y = (1-omega) "
+        "softmax(z*z*^T) + omega A (docs/ssi.md section 8): where (1) the steepest direction at "
+        "the origin switches to positional, (2) the global minimum switches to positional, (3) "
+        "the positional minimum appears, (4) the semantic minimum disappears (null where no "
+        "flip).  The line is omega in [0, 1] at fixed A (--along omega), or the strength s of "
+        "A(s) = softmax_row(s B) at fixed --omega (--along strength).  Brent roots of exact "
+        "criteria (2-D integrals, Gauss-Hermite converged to ~1e-9).",
     )
-    q.add_argument("--a", type=float, required=True, help="positional strength a")
-    q.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
+    _add_teacher_args(q)
+    q.add_argument(
+        "--along",
+        choices=("omega", "strength"),
+        default="omega",
+        help="the line: omega at fixed A, or the strength s of softmax_row(s B) at fixed --omega",
+    )
+    q.add_argument("--omega", type=float, default=None, help="the fixed omega of --along strength")
+    q.add_argument(
+        "--s-range",
+        default="0:4",
+        dest="s_range",
+        help="S_MIN:S_MAX of --along strength (s = 1 is the teacher given)",
+    )
     add_json(q)
     q.set_defaults(func=_boundaries)
 
     q = sub.add_parser(
         "phase-diagram",
         formatter_class=fmt,
-        help="the (a, omega) phase diagram of the positional-semantic model",
-        description="Classify every point of an (a, omega) grid into the six regions of "
-        "docs/ssi.md section 8 with the exact criteria; optionally plot it (with the "
-        "boundaries overlaid) and save the arrays as JSON.",
+        help="the (a, omega) or (s, omega) phase diagram of an L = 2 teacher",
+        description="Classify every point of an (a, omega) grid (the A_a family) or, with "
+        "--B/--A/--A-logits, of an (s, omega) grid on A(s) = softmax_row(s B) into the six "
+        "regions of docs/ssi.md section 8 with the exact criteria; optionally plot it (with "
+        "the boundaries overlaid) and save the arrays as JSON.",
     )
     q.add_argument("--grid", type=int, default=200, help="grid points per axis")
-    q.add_argument("--a-range", default="0.7:1", dest="a_range", help="A_MIN:A_MAX")
+    q.add_argument(
+        "--a-range", default="0.7:1", dest="a_range", help="A_MIN:A_MAX of the A_a family"
+    )
+    q.add_argument(
+        "--s-range",
+        default=None,
+        dest="s_range",
+        help="S_MIN:S_MAX of the strength axis with --B/--A/--A-logits (default 0:2)",
+    )
     q.add_argument("--omega-range", default="0.4:1", dest="omega_range", help="W_MIN:W_MAX")
-    q.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
+    _add_teacher_args(q, family=False)
     q.add_argument(
         "--check-global",
         action="store_true",
         dest="check_global",
         help="also scan R over the disk and flag cells where the global minimum is "
-        "not one of the two candidates",
+        "not one of the two candidates (P_1 = -P_2 only)",
     )
     q.add_argument("--plot", default=None, help="write the figure to this PNG file")
     q.add_argument("--out", default=None, help="write the grid and regions as JSON")
     add_json(q)
     q.set_defaults(func=_phase)
+
+    about = (
+        "The region of docs/ssi.md section 8 at one (A, omega): by the exact criteria at L = 2 "
+        "with a rank-1 encoding (exact: true), otherwise (L > 2, or a rank-2 Gram matrix) by a "
+        "stated numerical classification (exact: false; the message says how: constrained "
+        "minimisation of the quadrature risk from the semantic corner and from positional "
+        "starts, and the Hessian at the origin)."
+    )
+    q = sub.add_parser(
+        "classify",
+        formatter_class=fmt,
+        help="the region of one (A, omega), any L",
+        description=about,
+    )
+    q.add_argument("--omega", type=float, required=True, help="positional weight omega")
+    _add_teacher_args(q)
+    q.add_argument(
+        "--quad-nodes",
+        type=int,
+        default=None,
+        dest="quad_nodes",
+        help="nodes of the numerical fallback's quadrature (None: the engine's default)",
+    )
+    q.add_argument("--starts", type=int, default=3, help="positional starts of the fallback")
+    q.add_argument("--seed", type=int, default=0, help="seed of the QMC nodes and the starts")
+    add_json(q)
+    q.set_defaults(func=_classify)
 
     q = sub.add_parser(
         "simulate",
@@ -241,6 +323,7 @@ def register(subparsers) -> None:
         help="number of steps (default: until recovery, then as many again)",
     )
     q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
+    _add_out(q, "every seed's trajectory (a column seed)")
     add_json(q)
     q.set_defaults(func=_simulate)
 
@@ -309,7 +392,11 @@ def register(subparsers) -> None:
         dest="no_ode",
         help="skip the numerical ODE minimisation (Hermite and closed-form gains only)",
     )
-    q.add_argument("--activation", default="relu", help="network activation")
+    q.add_argument(
+        "--activation",
+        default="relu",
+        help="network activation: a name or an expression in x (see theory sgd ode --help)",
+    )
     q.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
     add_json(q)
     q.set_defaults(func=_gain)
@@ -319,13 +406,20 @@ def register(subparsers) -> None:
 # --------------------------------------------------------------------------- handlers
 
 
-def _ode(args):
+def ode_run(args):
+    """(model, :class:`theory.ssi.ODEResult`) of the parsed ``theory sgd ode`` options (also
+    the theory of ``theory overlay "sgd ode ..."``)."""
     from theory import ssi
 
     model = build_model(args)
     res = ssi.integrate_ode(
         model, lr=args.lr, d=args.d, m0=args.m0, e0=args.e0, eta=args.eta, t_max=args.t_max
     )
+    return model, res
+
+
+def _ode(args):
+    model, res = ode_run(args)
     payload = dict(
         t_escape=res.t_escape,
         steps_escape=res.steps_escape,
@@ -340,12 +434,14 @@ def _ode(args):
         d=res.d,
         eta=res.eta,
         engine=model.engine,
+        **_activation_fields(model),
     )
+    _write_out(args, [res], payload)
     text = (
         f"{model!r}\nweak recovery: t = {res.t_escape}  steps = {res.steps_escape}\n"
         f"final (e, m) = ({res.final_e}, {res.final_m:.6g}) -> {res.minimum}  "
         f"[{res.status}: {res.message}]"
-    )
+    ) + (f"\ntrajectory: {args.out}" if args.out else "")
     emit(args, payload, text)
     return 0 if res.status != "nan" else 1
 
@@ -371,22 +467,131 @@ def _flatness(args):
     return 0
 
 
-BOUNDARY_FIELDS = (
-    "a",
-    "omega_steepest_switch",
-    "omega_global_switch",
-    "omega_positional_min_appears",
-    "omega_semantic_min_disappears",
-    "nodes",
+def _add_teacher_args(q, *, family=True):
+    """The teacher, encoding and numerical options of ``boundaries`` and ``phase-diagram``."""
+    g = q.add_argument_group("teacher and encoding (L = 2)")
+    if family:
+        g.add_argument("--a", type=float, default=None, help="A_a strength (the paper's family)")
+    four = "4 numbers row-major (--X=-1,... when the first is negative)"
+    options = (  # (flag, keywords): every option below defaults to None
+        ("--A", dict(help=f"positional matrix A, {four} (row-stochastic)")),
+        ("--A-logits", dict(dest="A_logits", help=f"logits of A = softmax_row(logits), {four}")),
+        ("--B", dict(help=f"logits of the strength line softmax_row(s B), {four}; None: log A")),
+        (
+            "--pe",
+            dict(
+                choices=("none", "opposite", "orthonormal"),
+                help="encoding (None: opposite at L = 2, else orthonormal)",
+            ),
+        ),
+        (
+            "--G",
+            dict(
+                help=f"Gram matrix of the encodings G[l,l'] = p_l.p_l', {four} (symmetric PSD, "
+                "unit diagonal; the exact criteria need rank 1: 1,-1,-1,1 or 1,1,1,1)"
+            ),
+        ),
+    )
+    for flag, kw in options:
+        g.add_argument(flag, default=None, **kw)
+    g.add_argument(
+        "--reduction",
+        choices=("identity", "trace"),
+        default="identity",
+        help="attention output (the matrix target pairs with identity only)",
+    )
+    g.add_argument("--L", type=int, default=2, help="sequence length (the exact criteria need 2)")
+    g.add_argument("--nodes", type=int, default=200, help="2-D Gauss-Hermite nodes per axis")
+
+
+def _teacher(args, *, exact=True):
+    """(pe, a, A, A_logits, B) from the teacher options, checked (ValueError: one line); with
+    ``exact`` the problem must be one of the exact criteria (L = 2, rank-1 encoding)."""
+    from theory.cli.erm_general import _matrix
+    from theory.ssi.phase_diagram import pd_direction
+
+    if args.pe is not None and args.G is not None:
+        raise ValueError("give either --pe or --G, not both")
+    L = check_int("--L", args.L, lo=2, hi=8)
+    default_pe = "opposite" if L == 2 else "orthonormal"
+    pe = _matrix(args.G, L, "G") if args.G is not None else (args.pe or default_pe)
+    if exact:
+        pd_direction(pe, args.reduction, L)
+    mats = {
+        k: None if getattr(args, k) is None else _matrix(getattr(args, k), L, k.replace("_", "-"))
+        for k in ("A", "A_logits", "B")
+    }
+    return pe, getattr(args, "a", None), mats["A"], mats["A_logits"], mats["B"]
+
+
+CLASSIFY_FIELDS = (
+    "global_positional",
+    "steepest_positional",
+    "both_minima",
+    "semantic_min",
+    "positional_min",
 )
+
+
+def _classify(args):
+    """One point: the exact criteria where they apply (L = 2, rank-1 encoding), else the stated
+    numerical classification of ``theory.ssi.classify_numerical``."""
+    from theory import ssi
+    from theory.ssi.phase_diagram import pd_direction
+    from theory.ssi.risk import _pe_basis
+
+    pe, a, A, A_logits, _ = _teacher(args, exact=False)
+    if args.B is not None:
+        raise ValueError("--B is for strength lines (sgd boundaries / phase-diagram)")
+    if args.reduction != "identity" or (isinstance(pe, str) and pe == "none"):
+        pd_direction(pe, args.reduction, 2)  # the reason, as one line
+    exact = args.L == 2 and _pe_basis(pe, 2).shape[1] == 1
+    if a is not None or A_logits is not None:
+        A = ssi.teacher_matrix(a, A, A_logits) if args.L == 2 else None
+        if A is None:
+            raise ValueError("--a and --A-logits are L = 2 teachers; give --A (L*L numbers)")
+    if A is None:
+        raise ValueError("give the teacher: --a A, --A (L*L numbers) or --A-logits")
+    if exact:
+        r = ssi.pd_booleans(omega=args.omega, A=A, n=args.nodes, pe=pe)
+        payload = dict(exact=True, omega=args.omega, A=A.tolist(), region=int(r.region))
+        payload.update({k: bool(getattr(r, k)) for k in CLASSIFY_FIELDS})
+        payload["message"] = "exact criteria (docs/ssi.md eqs. 33-34)"
+    else:
+        r = ssi.classify_numerical(
+            args.omega, A, L=args.L, pe=pe, n=args.quad_nodes, n_starts=args.starts, rng=args.seed
+        )
+        payload = dict(exact=False, omega=args.omega, A=A.tolist(), region=r.region)
+        payload.update({k: getattr(r, k) for k in CLASSIFY_FIELDS})
+        payload.update(R_semantic=r.R_semantic, R_positional=r.R_positional, message=r.message)
+    reg = payload["region"]
+    payload["region_name"] = ssi.REGIONS[reg] if reg >= 0 else "neither candidate is a minimum"
+    emit(args, payload)
+    return 0
 
 
 def _boundaries(args):
     from theory import ssi
+    from theory.ssi.phase_diagram import FLIP_NAMES
 
-    b = ssi.boundaries(args.a, n=args.nodes)
-    payload = {k: getattr(b, k) for k in BOUNDARY_FIELDS}
-    text = "\n".join(f"{k}: {v}" for k, v in payload.items())
+    pe, a, A, A_logits, B = _teacher(args)
+    if a is None and A is None and A_logits is None:
+        raise ValueError("give the teacher: --a A, --A a11,a12,a21,a22 or --A-logits l11,..")
+    if args.along == "omega" and (args.omega is not None or B is not None):
+        raise ValueError("--omega and --B fix a strength line: use them with --along strength")
+    kw = dict(A=A, A_logits=A_logits, pe=pe, reduction=args.reduction, L=args.L)
+    if args.along == "strength":
+        if args.omega is None:
+            raise ValueError("--along strength needs the fixed --omega")
+        kw.update(along="strength", omega=args.omega, B=B, s_range=_lims(args.s_range, "s-range"))
+    b = ssi.boundaries(a, n=args.nodes, **kw)
+    pre = "omega_" if b.along == "omega" else "s_"
+    keys = ["along", "a", "A"]
+    keys += ["B", "omega", "s_range"] if b.along == "strength" else []
+    keys += [pre + k for k in FLIP_NAMES] + ["b", "nodes", "message"]
+    payload = {k: getattr(b, k) for k in keys}
+    shown = {k: v for k, v in payload.items() if v or k not in ("a", "message")}
+    text = "\n".join(f"{k}: {v}" for k, v in shown.items())
     emit(args, payload, text)
     return 0
 
@@ -408,24 +613,39 @@ MAX_GRID = 2000  # points per axis of the phase diagram
 
 def _phase(args):
     from theory import ssi
+    from theory.ssi.phase_diagram import teacher_logits
 
     check_int("--grid", args.grid, lo=2, hi=MAX_GRID)
-    a0, a1 = _lims(args.a_range, "a-range")
+    pe, _, A, A_logits, B = _teacher(args)
+    given = [x is not None for x in (A, A_logits, B)]
     w0, w1 = _lims(args.omega_range, "omega-range")
-    ag = np.linspace(a0, a1, args.grid)
     wg = np.linspace(w0, w1, args.grid)
-    pdg = ssi.phase_diagram(ag, wg, n=args.nodes, check_global=args.check_global)
+    if any(given):
+        if B is None:
+            B = A_logits if A_logits is not None else teacher_logits(A)
+        x_name, (x0, x1) = "s", _lims(args.s_range or "0:2", "s-range")
+    else:
+        if args.s_range is not None:
+            raise ValueError("--s-range is the strength axis of --B/--A/--A-logits")
+        x_name, (x0, x1) = "a", _lims(args.a_range, "a-range")
+    xg = np.linspace(x0, x1, args.grid)
+    pdg = ssi.phase_diagram(xg, wg, n=args.nodes, B=B, pe=pe, check_global=args.check_global)
     counts = {name: int(np.sum(pdg.region == i)) for i, name in enumerate(ssi.REGIONS)}
     counts["none (neither candidate is a minimum)"] = int(np.sum(pdg.region < 0))
-    payload = dict(
-        grid=args.grid, a_range=[a0, a1], omega_range=[w0, w1], counts=counts, nodes=args.nodes
-    )
+    payload = {
+        "grid": args.grid,
+        f"{x_name}_range": [x0, x1],
+        "omega_range": [w0, w1],
+        "counts": counts,
+        "nodes": args.nodes,
+    }
+    if B is not None:
+        payload["B"] = np.asarray(B).tolist()
     if args.check_global:
         payload["cells_global_not_candidate"] = int(np.sum(~pdg.global_check))
     if args.out:
         full = dict(
             payload,
-            a=ag,
             omega=wg,
             region=pdg.region,
             regions=list(ssi.REGIONS),
@@ -434,6 +654,7 @@ def _phase(args):
             both_minima=pdg.both_minima,
             global_check=pdg.global_check,
         )
+        full[x_name] = xg
         atomic_write_text(args.out, dumps_json(full) + "\n")
         payload["out"] = args.out
     if args.plot:
@@ -442,7 +663,7 @@ def _phase(args):
         plot_phase_diagram(pdg, path=args.plot)
         payload["plot"] = args.plot
     text = "\n".join(
-        [f"{args.grid}x{args.grid} grid, a in [{a0}, {a1}], omega in [{w0}, {w1}]"]
+        [f"{args.grid}x{args.grid} grid, {x_name} in [{x0}, {x1}], omega in [{w0}, {w1}]"]
         + [f"  {k}: {v} points" for k, v in counts.items()]
         + ([f"JSON: {args.out}"] if args.out else [])
         + ([f"figure: {args.plot}"] if args.plot else [])
@@ -484,20 +705,21 @@ def _simulate(args):
         fraction_positional=float(np.mean([k == "positional" for k in kinds])),
         fraction_semantic=float(np.mean([k == "semantic" for k in kinds])),
     )
+    _write_out(args, res, payload)
     text = (
         f"{model!r}, d = {args.d}, lr = {args.lr}, {len(res)} seeds "
         f"({'reduced chain' if args.reduced else 'full SGD'})\n"
         f"weak-recovery steps: mean {payload['mean_steps_escape']} +- "
         f"{payload['sem_steps_escape']}\nfinal minimum: positional "
         f"{payload['fraction_positional']:.2f}, semantic {payload['fraction_semantic']:.2f}"
-    )
+    ) + (f"\ntrajectories: {args.out}" if args.out else "")
     emit(args, payload, text)
     return 0
 
 
 def _gain(args):
-    from theory.ssi import gain_curve
-    from theory.ssi._kernels import activation
+    from theory.ssi import TiedNetwork, gain_curve
+    from theory.ssi._kernels import activation, activation_code
     from theory.ssi.sgd.driver import MAX_D
     from theory.ssi.sgd.seeds import MAX_SEEDS, MAX_WORKERS
     from theory.ssi.targets import MAX_L
@@ -511,7 +733,10 @@ def _gain(args):
     check_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
     if args.workers is not None:
         check_int("workers", args.workers, lo=0, hi=MAX_WORKERS)
-    activation(args.activation)
+    if args.simulate:
+        activation_code(args.activation)  # a kernel for it, before the theory runs
+    else:
+        activation(args.activation)
     norms = tuple(x.strip() for x in args.untied_norm.split(",") if x.strip())
     bad = [x for x in norms if x not in ("rows", "flat")] or ([] if norms else [""])
     if bad:
@@ -539,7 +764,7 @@ def _gain(args):
         d=args.d,
         lr=args.lr,
         eta=args.eta,
-        activation=args.activation,
+        **_activation_fields(TiedNetwork("z1", 1, activation=args.activation)),
         ode_start=args.ode_start,
         rows=rows,
     )

@@ -13,7 +13,8 @@ does not pay for numba and the risk engines):
 * the ODE -- ``integrate_ode``, ``rhs``, ``ODEResult`` (``theory.ssi.ode``);
 * flatness -- ``flatness`` (``theory.ssi.flatness``);
 * the phase diagram -- ``boundaries``, ``phase_diagram``, ``landscape``, ``pd_criteria``,
-  ``pd_booleans``, ``REGIONS`` (``theory.ssi.phase_diagram``);
+  ``pd_booleans``, ``pd_direction``, ``teacher_matrix``, ``strength_matrix``, ``REGIONS``
+  (``theory.ssi.phase_diagram``);
 * escape times and gains -- ``gain_curve``, ``predicted_escape``, ``drift_constants``
   (``theory.ssi.gain``);
 * finite-d SGD -- ``simulate_sgd`` (``theory.ssi.sgd.full``), ``simulate_reduced``
@@ -52,6 +53,11 @@ _HOME = {
         "landscape",
         "pd_criteria",
         "pd_booleans",
+        "pd_direction",
+        "teacher_matrix",
+        "strength_matrix",
+        "teacher_logits",
+        "classify_numerical",
     ),
     "gain": ("gain_curve", "predicted_escape", "drift_constants"),
     "sgd.driver": ("SGDResult",),

@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import re
 
 import numpy as np
 from scipy.special import erf
@@ -111,18 +113,105 @@ ACTIVATION_CODES = {
 _CODE_NAMES = {c: n for n, c in reversed(ACTIVATION_CODES.items())}
 
 
+#: each named activation written in the target language: what a user may write instead of the
+#: name (``activation_code`` maps such an expression to the name's simulator kernel)
+ACTIVATION_EXPRESSIONS = {
+    "linear": "x",
+    "relu": "relu(x)",
+    "tanh": "tanh(x)",
+    "erf": "erf(x)",
+    "sigmoid": "sigmoid(x)",
+    "abs": "abs(x)",
+    "square": "x**2",
+    "he2": "He2(x)",
+    "he3": "He3(x)",
+    "he4": "He4(x)",
+    "he2n": "He2(x)/sqrt(2)",
+    "he3n": "He3(x)/sqrt(6)",
+    "he4n": "He4(x)/sqrt(24)",
+}
+
+
+def activation_key(name: str) -> str:
+    """The canonical form of an activation: a known name in lower case, or the text of an
+    expression in x (checked by ``theory.ssi.targets.parse_activation``; ValueError listing the
+    names and the expression language otherwise)."""
+    key = str(name).strip()
+    if key.lower() in ACTIVATIONS:
+        return key.lower()
+    if not re.search(r"\bx\b", key):
+        raise ValueError(
+            f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)} or write an "
+            "expression in x (e.g. 'x**2+x', 'tanh(2*x)', 'relu(x)-0.5')"
+        )
+    written_activation(key)
+    return key
+
+
+@functools.lru_cache(maxsize=64)
+def written_activation(text: str):
+    """(sigma, sigma', kinks, target) of an activation written as an expression in x: vectorised
+    numpy functions of the target language's expression (``target``, a one-variable
+    ``theory.ssi.targets.Target``) and its kinks (where sigma or sigma' jumps)."""
+    import sympy as sp
+
+    from theory.ssi.hermite import _kinks
+    from theory.ssi.targets import parse_activation
+
+    t = parse_activation(text)
+    z1 = t.symbols[0]
+    kinked = t.expr.atoms(sp.Abs, sp.sign, sp.Heaviside, sp.Max, sp.Min, sp.Piecewise)
+    kinks = tuple(_kinks(t.expr, z1)) if kinked else ()
+
+    def sigma(x):
+        return t.func(np.atleast_1d(np.asarray(x, dtype=float)).ravel()).reshape(np.shape(x))
+
+    def dsigma(x):
+        u = np.atleast_1d(np.asarray(x, dtype=float)).ravel()
+        return t.grad(u)[:, 0, 0].reshape(np.shape(x))
+
+    return sigma, dsigma, kinks, t
+
+
 def activation(name: str):
-    """(sigma, sigma', kinks) for a named activation (ValueError listing the known names)."""
-    key = str(name).lower()
-    if key not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
-    return ACTIVATIONS[key]
+    """(sigma, sigma', kinks) of an activation: a name of :data:`ACTIVATIONS` (the fast path) or
+    an expression in x (:func:`written_activation`); ValueError listing the known names."""
+    key = activation_key(name)
+    if key in ACTIVATIONS:
+        return ACTIVATIONS[key]
+    return written_activation(key)[:3]
 
 
 def activation_code(name: str) -> int:
-    """The kernel code of a named activation (ValueError listing the known names)."""
-    activation(name)
-    return ACTIVATION_CODES[str(name).lower()]
+    """The kernel code of an activation: a named one, or an expression equal to one of them
+    (:data:`ACTIVATION_EXPRESSIONS`: 'x**2' runs the kernel of 'square').  Other expressions
+    have no SGD kernel: ValueError saying what runs them."""
+    key = activation_key(name)
+    if key in ACTIVATION_CODES:
+        return ACTIVATION_CODES[key]
+    named = _named_equal(key)
+    if named is None:
+        raise ValueError(
+            f"the SGD simulators run the named activations {sorted(ACTIVATION_CODES)} and "
+            f"expressions equal to one of them; {name!r} is not: its theory runs (theory sgd "
+            "ode, theory sgd gain without --simulate)"
+        )
+    return ACTIVATION_CODES[named]
+
+
+@functools.lru_cache(maxsize=64)
+def _named_equal(text: str) -> str | None:
+    """The named activation equal to the expression ``text`` (values at a few points, then
+    sympy's simplification), or None."""
+    import sympy as sp
+
+    expr = written_activation(text)[3].expr
+    u = np.array([-2.3, -1.1, -0.4, 0.0, 0.3, 0.9, 1.7, 2.9])
+    for name, written in ACTIVATION_EXPRESSIONS.items():
+        if np.allclose(ACTIVATIONS[name][0](u), written_activation(text)[0](u), rtol=1e-12):
+            if sp.simplify(expr - written_activation(written)[3].expr) == 0:
+                return name
+    return None
 
 
 def activation_reference(code: int, s):

@@ -42,8 +42,15 @@ from scipy import integrate
 from theory._util import check_int
 from theory.gauss import gh_tensor, sobol_normal
 from theory.rng import as_rng
+from theory.ssi._kernels import (
+    ACTIVATIONS,
+    activation_key,
+    attention_jac,
+    he_multi,
+    he_table,
+    written_activation,
+)
 from theory.ssi._kernels import activation as activation_fn
-from theory.ssi._kernels import attention_jac, he_multi, he_table
 from theory.ssi.hermite import polynomial_coefficients
 from theory.ssi.tables import ps_tables
 from theory.ssi.targets import MAX_L, PositionalSemanticTarget, Target, as_target
@@ -609,8 +616,8 @@ class TiedNetwork(SSIModel):
     def __init__(
         self, target, L: int = 1, activation="relu", *, engine="auto", method="auto", n=None, rng=0
     ):
-        self.activation = str(activation).lower()
-        activation_fn(self.activation)  # ValueError for an unknown name
+        # a name (lower case) or an expression in x (theory.ssi._kernels.activation_key)
+        self.activation = activation_key(activation)
         self.k = 1
         L = check_int("L", L, lo=1, hi=MAX_L)
         self._setup(target, L, np.zeros((L, 0)), engine, method, n, rng)
@@ -640,12 +647,30 @@ class TiedNetwork(SSIModel):
         df = np.repeat((self.dsigma(u) / math.sqrt(L))[:, None], L, axis=1)
         return f[:, None], df[:, :, None]
 
+    @property
+    def activation_hermite(self) -> str:
+        """How the Hermite moments of the activation are computed: adaptive quadrature for a
+        named activation; for one written as an expression the Hermite engine of the targets
+        (``theory.ssi.hermite``), exact (sympy) or numerical with its achieved tolerance."""
+        self._ridge_moments(4)
+        return self._cache["activation_hermite"]
+
     def _ridge_moments(self, kmax):
         """mu_F(n) = E[F(u) He_n(u)], u ~ N(0,1), n <= kmax, for F = sigma, sigma^2, sigma'^2,
-        sigma sigma'^2, sigma^2 sigma'^2 (adaptive quadrature split at the kinks)."""
+        sigma sigma'^2, sigma^2 sigma'^2: adaptive quadrature split at the kinks for a named
+        activation; the Hermite engine of the targets for one written as an expression
+        (:attr:`activation_hermite` says which, and how accurate)."""
         key = ("ridge", kmax)
         if key in self._cache:
             return self._cache[key]
+        if self.activation not in ACTIVATIONS:
+            out = self._written_moments(kmax)
+            if out is not None:
+                self._cache[key] = out
+                return out
+        self._cache.setdefault(
+            "activation_hermite", "adaptive quadrature (scipy quad_vec, split at the kinks)"
+        )
         s, ds = self.sigma, self.dsigma
         funcs = [
             s,
@@ -674,6 +699,33 @@ class TiedNetwork(SSIModel):
             tot += v
         out = tot.reshape(5, kmax + 1)
         self._cache[key] = out
+        return out
+
+    def _written_moments(self, kmax):
+        """The moments of :meth:`_ridge_moments` of a written activation from its Hermite
+        coefficients (E[F He_n] = n! a_n); None when an F exceeds the target language's limits
+        (e.g. degree > 12), which then falls back to quadrature."""
+        from theory.ssi.hermite import DEFAULT_TOL, hermite_coefficients
+
+        t = written_activation(self.activation)[3]
+        s = t.expr
+        ds = sp.diff(s, t.symbols[0])
+        out = np.zeros((5, kmax + 1))
+        exact, tol = True, 0.0
+        try:
+            for i, F in enumerate((s, s**2, ds**2, s * ds**2, s**2 * ds**2)):
+                c = hermite_coefficients(F, kmax)
+                out[i] = [c.value((n,)) * math.factorial(n) for n in range(kmax + 1)]
+                exact &= c.is_exact
+                tol = max(tol, c.tolerance * math.factorial(kmax))
+        except ValueError:
+            return None
+        self._cache["activation_hermite"] = (
+            "exact (sympy Hermite coefficients)"
+            if exact
+            else f"numerical Hermite coefficients (Gauss-Hermite / adaptive quadrature to "
+            f"tol {DEFAULT_TOL:g}), achieved tolerance {tol:.1e} (absolute, on the moments)"
+        )
         return out
 
     def _student_moments(self, e_raw, gammas):

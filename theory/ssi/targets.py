@@ -44,6 +44,7 @@ __all__ = [
     "Target",
     "PositionalSemanticTarget",
     "parse_target",
+    "parse_activation",
     "as_target",
     "positional_matrix",
     "positional_weight",
@@ -543,6 +544,35 @@ def parse_target(expr: str | sp.Expr | Target, L: int | None = None) -> Target:
         parsed = _realify(parsed)
     parsed, L = _check_expr(parsed, L, source)
     return Target(expr=parsed, L=L, source=source)
+
+
+_X_RE = re.compile(r"\bx\b")
+
+
+def parse_activation(text: str) -> Target:
+    """A student activation sigma(x) written in the target language: ``x`` is its variable, the
+    functions and limits are those of a target (:func:`parse_target`).  Returns a
+    :class:`Target` in z1 (L = 1) whose ``source`` is the text; ValueError saying what to change
+    for anything else (another variable, a constant, a hostile or too large expression)."""
+    if not isinstance(text, str):
+        raise ValueError(f"an activation is a name or an expression in x, got {text!r}")
+    text = text.strip()
+    other = re.search(r"\bz\d+\b", text)
+    if other:
+        raise ValueError(
+            f"the activation {text!r} uses {other.group(0)!r}: an activation is an expression "
+            "in x alone (z1..zL are the target's variables)"
+        )
+    zed = _X_RE.sub("z1", text)
+    try:
+        t = parse_target(zed, 1)
+    except ValueError as exc:
+        msg = str(exc).replace(repr(zed), repr(text)).replace("the target", "the activation")
+        msg = re.sub(r"variables are z1\.\.zL( \(1-based\))?", "its variable is x", msg)
+        raise ValueError(msg.replace("z1..zL", "x").replace("z1", "x")) from None
+    if t.is_constant:
+        raise ValueError(f"the activation {text!r} is a constant; write an expression in x")
+    return Target(expr=t.expr, L=1, source=text)
 
 
 # =========================================================================== numba scalar func

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from theory._util import to_jsonable
 from theory.results import Result
 
 __all__ = ["Trajectory", "classify_minimum", "default_eta", "start_past_threshold"]
@@ -51,6 +52,28 @@ class Trajectory(Result):
     lr: float = 0.0
     d: float = 0.0
     eta: float = 0.0
+
+    def points(self) -> list[dict]:
+        """The whole trajectory as table rows, one per recorded time, with the field names the
+        ODE and both simulators share (``theory sgd ode --out`` and ``theory sgd simulate
+        --out`` write these): ``t``, ``steps``, ``m``, ``e`` (``e_1..e_r`` for an encoding of
+        rank r > 1), ``m_1..m_L`` (untied network), ``risk``, then ``lr``, ``d``, ``eta`` and
+        ``seed`` (simulations)."""
+        T = len(self.t)
+        cols: dict[str, Any] = dict(t=self.t, steps=self.steps, m=self.m)
+        e = np.asarray(self.e, dtype=float)
+        if e.ndim == 2:
+            cols.update({f"e_{j + 1}": e[:, j] for j in range(e.shape[1])})
+        else:
+            cols["e"] = e
+        if self.m_rows is not None:
+            rows = np.asarray(self.m_rows, dtype=float)
+            cols.update({f"m_{j + 1}": rows[:, j] for j in range(rows.shape[1])})
+        cols["risk"] = np.full(T, np.nan) if self.risk is None else self.risk
+        const = dict(lr=self.lr, d=self.d, eta=self.eta)
+        if hasattr(self, "seed"):
+            const["seed"] = self.seed
+        return [to_jsonable({**{k: v[i] for k, v in cols.items()}, **const}) for i in range(T)]
 
 
 def classify_minimum(e: float | np.ndarray, m: float) -> str:

@@ -31,7 +31,7 @@ from theory.attention.finite_d.gd import simulate_gd
 from theory.attention.finite_d.problem import make_problem
 from theory.attention.params import ERMParams
 from theory.attention.phases import curve, global_minimiser, phase_diagram, transition
-from theory.attention.quadrature import make_rule
+from theory.attention.quadrature import coarse_rule, make_rule
 from theory.attention.solver import fixed_point
 from theory.plotting import mean_and_sem, reproduces, use_agg
 from theory.solve import find_root
@@ -192,6 +192,13 @@ def simulated_delta_eps_t(alphas, omegas, d, seeds, **kw) -> tuple[np.ndarray, n
 # --------------------------------------------------------------------------- theory
 
 
+def figure_rule(quick: bool):
+    """The quadrature rule of a figure's theory: the cheap rule in quick mode (its ε_g and
+    overlaps within ~1e-3 relative of the default rule's, docs/numerics.md), the default rule
+    in full mode."""
+    return coarse_rule() if quick else make_rule()
+
+
 def _theory_tag(params: ERMParams, rule) -> dict:
     tag = dict(omega=params.omega, sigma=params.sigma, lam=params.lam, rule=rule.describe())
     if params.A != PARAMS.A:
@@ -321,7 +328,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
         alphas_th = np.linspace(0.05, 2.0, 40)
     params = PARAMS.replace(omega=omega)
     sim_store, th_store = Store(out_dir / SIM_STORE), Store(out_dir / THEORY_STORE)
-    th = theory_lines(alphas_th, params, store=th_store)
+    th = theory_lines(alphas_th, params, rule=figure_rule(quick), store=th_store)
     pts = [
         (float(a), omega, d, s, init)
         for a in alphas_sim
@@ -511,13 +518,15 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     return dict(files=[str(path)], numbers=numbers)
 
 
-def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, store: Store | None = None):
+def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, rule=None, store: Store | None = None):
     """Rows (omega, alpha_c, alpha_l, ...) of :func:`~theory.attention.phase_diagram` over
     ``omegas`` (continued in ω, default rule), kept in ``store``; a row whose α is not finite
     (no transition found) is kept with NaN."""
     store = Store(None) if store is None else store
+    rule = make_rule() if rule is None else rule
     key = dict(
         kind="phase_diagram",
+        rule=rule.describe(),
         omegas=[float(w) for w in omegas],
         sigma=params.sigma,
         lam=params.lam,
@@ -525,7 +534,9 @@ def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, store: Store | None
     )
     got = store.get(key)
     if got is None:
-        got = store.put(key, dict(rows=phase_diagram([float(w) for w in omegas], params).rows()))
+        got = store.put(
+            key, dict(rows=phase_diagram([float(w) for w in omegas], params, rule=rule).rows())
+        )
     return [
         {k: (math.nan if v is None and k.startswith("alpha") else v) for k, v in r.items()}
         for r in got["rows"]
@@ -591,7 +602,9 @@ def _phase_heatmaps(out_dir, quick, params, stem, omegas_th, published) -> dict:
     grid = simulated_grid(alphas, omegas, d, seeds, params=params, store_path=out_dir / SIM_STORE)
     t_th = time.perf_counter()
     rows_th = (
-        theory_phase_rows(omegas_th, params, store=Store(out_dir / THEORY_STORE))
+        theory_phase_rows(
+            omegas_th, params, rule=figure_rule(quick), store=Store(out_dir / THEORY_STORE)
+        )
         if omegas_th
         else []
     )
@@ -736,7 +749,7 @@ def fig_slices(out_dir: Path, quick: bool) -> dict:
     for ax, (name, values) in zip(axes, SLICES):
         for c, v in zip(("C0", "C3", "C2"), values):
             p = PARAMS.replace(**{"omega": 0.3, name: v})
-            th = theory_curve(alphas_th, p, store=th_store)
+            th = theory_curve(alphas_th, p, rule=figure_rule(quick), store=th_store)
             scale = p.s2 if name == "sigma" else 1.0
             lab = rf"${_SYMBOL[name]}$ = {v:g}"
             _draw_global(ax, th, c, f"{lab}: theory", scale)
@@ -788,11 +801,11 @@ def fig_slices(out_dir: Path, quick: bool) -> dict:
     return dict(files=[str(path)], numbers=numbers)
 
 
-def branch_fixed_points(alpha, params: ERMParams, *, store: Store | None = None) -> dict:
+def branch_fixed_points(alpha, params: ERMParams, *, rule=None, store: Store | None = None) -> dict:
     """The theory's semantic and positional fixed points at ``alpha`` (rows, by branch), kept
     in ``store``; a point that does not converge on its branch raises."""
     store = Store(None) if store is None else store
-    rule = make_rule()
+    rule = make_rule() if rule is None else rule
     out = {}
     for branch in ("semantic", "positional"):
         key = dict(_theory_tag(params, rule), kind="fixed_point", alpha=alpha, branch=branch)
@@ -836,7 +849,9 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=1.5) -> dict:
         for r in run_sims(pts, params, store=Store(out_dir / SIM_STORE), desc="erm-d-scaling")
         if r["status"] == "converged"
     ]
-    th = branch_fixed_points(alpha, params, store=Store(out_dir / THEORY_STORE))
+    th = branch_fixed_points(
+        alpha, params, rule=figure_rule(quick), store=Store(out_dir / THEORY_STORE)
+    )
     fields = (
         ("theta_over_sigma2", r"$|\theta|/\sigma^2$"),
         ("m", r"$|m|$"),
@@ -974,7 +989,9 @@ def fig_inits(out_dir: Path, quick: bool, *, alpha=2.0, omega=0.3) -> dict:
             pr = make_problem(alpha, params, d_adam, s, n_test=2000)
             row = astore.put(key, simulate_adam(pr, **ADAM_PROTOCOL))
         arows.append(row)
-    th = branch_fixed_points(alpha, params, store=Store(out_dir / THEORY_STORE))
+    th = branch_fixed_points(
+        alpha, params, rule=figure_rule(quick), store=Store(out_dir / THEORY_STORE)
+    )
     fig, ax = plt.subplots(figsize=(7.5, 6.4))
     styles = dict(
         positional=("C2", "s", f"positional init Q=1/sqrt(d), L-BFGS, d={d}"),

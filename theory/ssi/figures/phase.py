@@ -79,7 +79,12 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
         )
     if boundaries:
         ab = np.linspace(a.min(), a.max(), n_boundary)
-        rows = [ssi.boundaries(x, n=pdg.nodes) for x in ab]
+        if pdg.B is None:
+            rows = [ssi.boundaries(x, n=pdg.nodes) for x in ab]
+        else:  # the (s, omega) diagram of A(s) = softmax_row(s B), encoding direction b
+            pe = np.outer(pdg.b, pdg.b)
+            As = ssi.strength_matrix(ab, pdg.B)
+            rows = [ssi.boundaries(A=Ax, n=pdg.nodes, pe=pe) for Ax in As]
         styles = {
             "omega_steepest_switch": ("k", "--", "steepest direction switches"),
             "omega_global_switch": ("k", "-", "global minimum switches"),
@@ -102,10 +107,16 @@ def plot_phase_diagram(pdg, path=None, ax=None, *, boundaries=True, n_boundary=2
             )
     ax.set_xlim(a.min(), a.max())
     ax.set_ylim(om.min(), om.max())
-    ax.set_xlabel("positional strength a")
+    enc = "$P_1=-P_2$" if tuple(pdg.b) == (1.0, -1.0) else "$P_1=P_2$"
+    if pdg.B is None:
+        ax.set_xlabel("positional strength a of $A_a$")
+        teacher = ""
+    else:
+        ax.set_xlabel("strength s of A(s) = softmax_row(s B)")
+        teacher = f", B = {np.round(np.asarray(pdg.B), 3).tolist()}"
     ax.set_ylabel(r"positional weight $\omega$")
     ax.set_title(
-        f"SGD phase diagram, attention L=2, $P_1=-P_2$, identity reduction "
+        f"SGD phase diagram, attention L=2, {enc}, identity reduction{teacher}\n"
         f"({len(a)}x{len(om)} grid, theory)",
         fontsize=9,
     )

@@ -107,6 +107,7 @@ def check_run(model, d, lr, *, eta=None, m0=None, start="random", steps=None, ma
     steps, max_steps) with the defaults filled in.  ``simulate_seeds`` calls it before starting
     any run."""
     d = check_int("d", d, hi=MAX_D)
+    kernel_head(model)  # a model the kernels cannot run (e.g. a written activation of no kernel)
     if d < model.B.shape[1] + 3:
         raise ValueError(
             f"d = {d} is too small: need d >= {model.B.shape[1] + 3} (teacher, encoding "
