@@ -1,7 +1,7 @@
 """Sphinx extension: the pages of the documentation site that are generated from the package.
 
-At ``builder-inited`` (before Sphinx looks for source files) it writes, under ``docs/generated/``
-(git-ignored, rewritten only when their content changes):
+At ``config-inited`` (before Sphinx first looks for source files) it writes, under
+``docs/generated/`` (git-ignored, rewritten only when their content changes):
 
 * ``cli.md`` -- the command-line reference, one section per command and subcommand, walked from
   the argparse parser of ``theory.cli.build_parser()`` (so a new subcommand appears by itself);
@@ -154,7 +154,7 @@ def write_tutorials() -> None:
         _write(OUT / "tutorials" / nb.name, nb.read_bytes())
 
 
-def generate(app=None) -> None:
+def generate(app=None, config=None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     write_cli()
     write_api()
@@ -163,5 +163,5 @@ def generate(app=None) -> None:
 
 
 def setup(app):
-    app.connect("builder-inited", generate)
+    app.connect("config-inited", generate)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
