@@ -27,11 +27,15 @@ class StationarityResult(Result):
 
     distance_frozen_to_retrained: ||theta_retrained - theta_frozen||, theta_frozen = the trained
         restricted model embedded in the unrestricted one;
+
     distance_init_to_frozen: ||theta_init - theta_frozen||, theta_init = the random initialisation
         the restricted training started from (the scale of a training run);
+
     distance_perturbation: ||theta_start - theta_frozen|| (the 1e-3 noise);
+
     hidden_norm_retrained: Frobenius norm of the W_Q, W_K rows the mask had hidden, after
         retraining (0 at the start up to noise): how much the other mechanism grew.
+
     grad_norm_frozen, grad_norm_hidden_frozen, grad_norm_init: norm of the full-batch gradient
         of the unrestricted training loss at theta_frozen (all parameters / the hidden W_Q, W_K
         rows only) and at theta_init, for scale.

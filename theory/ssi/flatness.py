@@ -36,8 +36,10 @@ def flatness(model: SSIModel, max_order: int = 8, *, rel_tol: float = 1e-8) -> F
     (docs/ssi.md eq. 25).
 
     Hermite engine (polynomial targets): every derivative at the origin is
+
         d_e^alpha d_m^beta R(0,0)
             = [beta = 0] E[f(zeta)^2 He_alpha] - 2 a_beta beta! E[f He_{alpha+beta}]
+
     (raw coordinates), so the pattern of zeros coming from the target is exact (the a_beta are
     exact rationals) and the student moments are Gauss-Hermite integrals converged to ~1e-13; a
     derivative counts as zero when |value| <= rel_tol * (sum of |terms|) + 1e-12.  Quad engine

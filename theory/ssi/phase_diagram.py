@@ -202,7 +202,7 @@ def _check_logits(name, B) -> np.ndarray:
 
 def strength_matrix(s: ArrayLike, B) -> np.ndarray:
     """A(s) = softmax_row(s B) for strengths ``s`` (any shape) and 2 x 2 logits ``B``: an array
-    (*s.shape, 2, 2).  With B = :data:`FAMILY_LOGITS`, A(a^2) = A_a."""
+    ``(*s.shape, 2, 2)``.  With B = :data:`FAMILY_LOGITS`, A(a^2) = A_a."""
     B = _check_logits("B", B)
     s = np.asarray(s, dtype=float)
     if not np.all(np.isfinite(s)) or np.any(
