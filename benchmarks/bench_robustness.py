@@ -142,6 +142,16 @@ def _cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _proc_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a running process (Linux /proc), None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _child(argv, setting, conn, cpu_limit):
     """Run the call; for a converged ERM fixed point also the independent checks (here, so the
     parent never starts numba's threads and can keep forking).  Sends the call's CPU seconds
@@ -196,6 +206,8 @@ def run_call(
         except EOFError:  # the child died without answering (killed by the OS, a segfault)
             crashed = True
     proc.join(1 if code is None else 30)
+    if code is None and proc.is_alive():  # the CPU it had used, read before killing it
+        checks = dict(cpu=_proc_cpu_seconds(proc.pid))
     if proc.is_alive():
         proc.kill()
         proc.join()
@@ -204,7 +216,7 @@ def run_call(
         status = f"crashed (exit code {proc.exitcode})" if crashed else "timeout"
         if proc.exitcode == -signal.SIGXCPU:
             status = "timeout (cpu)"
-        return dict(exit=None, status=status, seconds=secs, stderr="")
+        return dict(exit=None, status=status, seconds=secs, stderr="", **checks)
     payload = {}
     with contextlib.suppress(ValueError):
         payload = json.loads(out) if out.strip() else {}
