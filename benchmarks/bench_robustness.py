@@ -245,6 +245,11 @@ def erm_checks(setting: dict, res: dict) -> dict:
     hats = {k: res[k] for k in ("qhat", "mhat", "thetahat", "Vhat")}
     new, _, _, _ = state_map(alpha, ov, p, rule)
     residual = max(abs(new[k] - ov[k]) / max(abs(ov[k]), 1e-12) for k in ov)
+    if p.rho - ov["theta"] ** 2 / ov["q"] <= 1e-6 * p.rho:
+        # θ² = ρq: the student aligned with the teacher, on the boundary of the channel's domain
+        # (the solver clips θ there, theory.attention.state_equations.guard_theta); Φ is not
+        # differentiable in θ there, so only the residual is checked
+        return dict(residual=float(residual), at_guard=True)
     from theory.attention.state_equations import channel
 
     ch = channel(ov["q"], ov["m"], ov["theta"], ov["V"], p, rule)
