@@ -64,7 +64,8 @@ PARSE_ONLY = ("erm", "sweep erm-", "reproduce")
 
 HOSTILE_FLOAT = ["nan", "inf", "-inf", "1e308", "-3", "1e999", "x", "", "0x"]
 HOSTILE_INT = ["nan", "inf", "-3", "10" * 15, "1.5", "x", "", "1e3"]
-NOT_A_FLOAT = ["x", "", "0x", "1..2"]  # rejected by argparse itself
+NOT_FINITE = ["nan", "inf", "-inf", "1e999"]  # 1e999 overflows to inf
+NOT_A_FLOAT = ["x", "", "0x", "1..2", *NOT_FINITE]  # rejected by argparse itself
 NOT_AN_INT = ["x", "", "1.5", "nan", "1e3"]
 HOSTILE_TARGET = [
     "z999999",
@@ -241,6 +242,23 @@ def test_hostile_arguments_long(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "hostile-long")
     _hostile(path)
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=" ".join)
+def test_non_finite_float_options_rejected_by_the_parser(path, tmp_path, monkeypatch):
+    """Every float option of every command (the ERM ones included: ``theory erm simulate
+    --tol=nan`` used to start the minimisation) refuses NaN and ±inf while parsing: exit 2, one
+    line naming the option -- all of them, not a sample."""
+    monkeypatch.chdir(tmp_path)
+    parser = dict(COMMANDS)[path]
+    base = _baseline(path, parser)
+    opts = [a.option_strings[0] for a in parser._actions if a.option_strings and a.type is float]
+    for opt in opts:
+        for value in NOT_FINITE:
+            argv = _replace(base, opt, value)
+            status, out, err = _run(argv)
+            _assert_rejected(argv, status, out, err)
+            assert f"argument {opt}" in err and "finite" in err, (argv, err)
 
 
 def test_issue_13_targets_in_bounded_memory():

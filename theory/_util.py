@@ -178,3 +178,29 @@ def to_jsonable(obj):
 
 def dumps_json(obj) -> str:
     return json.dumps(to_jsonable(obj), allow_nan=False)
+
+
+# ------------------------------------------------------------------------------ processes
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Process-pool initializer: on Linux, ask the kernel to SIGKILL this worker when the
+    process that created it dies (``prctl(PR_SET_PDEATHSIG)``), so that killing a command --
+    even with SIGKILL, which runs no cleanup -- does not orphan its workers.  ``parent_pid``
+    closes the race where the parent died before the request: the worker then exits at once.
+    Elsewhere (no prctl), a no-op."""
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc with prctl (an unusual Linux): no-op
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)

@@ -5,6 +5,7 @@ ValueError the command prints as one line (``theory.cli.main``)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from theory._util import dumps_json
@@ -15,10 +16,24 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def finite_float(text: str) -> float:
+    """``float(text)``, refusing NaN and ±inf (no option of ``theory`` means anything by them;
+    ``1e999`` overflows to inf and is refused too)."""
+    x = float(text)
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return x
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are ONE line on stderr (exit status 2): the error, then where
     to look (``theory sgd ode: error: argument --lr: invalid float value: 'x' (see theory sgd ode
-    --help)``).  Subparsers inherit the class."""
+    --help)``).  Subparsers inherit the class.  Every ``type=float`` option is parsed by
+    :func:`finite_float` (NaN and inf are refused; the action's type stays ``float``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("type", float, finite_float)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from theory._util import check_int
+from theory._util import check_int, die_with_parent
 from theory.rng import as_rng, seed_int
 from theory.ssi.risk import SSIModel
 from theory.ssi.sgd.driver import SGDResult, check_run
@@ -138,7 +138,9 @@ def simulate_seeds(
             for s in todo:
                 _store(*_job((model, d, lr, s, reduced, kwargs)))
         else:
-            with ProcessPoolExecutor(max_workers=workers) as ex:
+            # the workers die with this process, even when it is SIGKILLed
+            pool = dict(initializer=die_with_parent, initargs=(os.getpid(),))
+            with ProcessPoolExecutor(max_workers=workers, **pool) as ex:
                 futs = [ex.submit(_job, (model, d, lr, s, reduced, kwargs)) for s in todo]
                 for f in as_completed(futs):
                     _store(*f.result())
