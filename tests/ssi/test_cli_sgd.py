@@ -77,6 +77,7 @@ def test_boundaries_json_matches_library(capsys):
         "omega_semantic_min_disappears",
     ):
         assert d[key] == pytest.approx(getattr(ref, key), abs=1e-12)
+    assert d["status"] == ref.status == "ok"  # the result contract: every answer has a status
 
 
 def test_phase_diagram_files(capsys, tmp_path):

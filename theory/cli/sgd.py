@@ -610,7 +610,7 @@ def _boundaries(args):
     pre = "omega_" if b.along == "omega" else "s_"
     keys = ["along", "a", "A"]
     keys += ["B", "omega", "s_range"] if b.along == "strength" else []
-    keys += [pre + k for k in FLIP_NAMES] + ["b", "nodes", "message"]
+    keys += [pre + k for k in FLIP_NAMES] + ["b", "nodes", "status", "message"]
     payload = {k: getattr(b, k) for k in keys}
     shown = {k: v for k, v in payload.items() if v or k not in ("a", "message")}
     text = "\n".join(f"{k}: {v}" for k, v in shown.items())
