@@ -70,16 +70,18 @@ def project_state(model: SSIModel, y: np.ndarray) -> np.ndarray:
 
 def rhs(model: SSIModel, y: np.ndarray, lr: float) -> np.ndarray:
     """The right-hand side dy/dt of the ODE (docs/ssi.md eqs. 18-20) at the state y = (c_1..c_r,
-    m) (untied network: y = (m_1..m_L)), step size ``lr``; a state outside the ball is read at
-    its projection (:func:`project_state`)."""
+    m) (untied network: y = (m_1..m_L)), step size ``lr``.  The overlaps are clipped to [-1, 1]
+    where the risk reads them; the state itself is not projected here: a projected state
+    seeded an inward drift of 5e-4 on the sphere the γ = 0 flow leaves invariant (the
+    unprojected error is 1e-6).  Reported states are projected (:func:`project_state`)."""
     r = model.r
-    y = project_state(model, y)
+    y = np.asarray(y, dtype=float)
     c = y[:r]
     if model.untied:
-        mv = y
+        mv = np.clip(y, -1.0, 1.0)
         q = model._raw(np.zeros(model.L), mv)
         return -(1 - mv**2) * q["dRdm"] - 0.5 * lr * q["K"] * mv
-    m = float(y[r])
+    m = float(np.clip(y[r], -1.0, 1.0))
     mv = np.full(model.L, m)
     q = model._raw(model.e_raw(c, mv), mv)
     gc = model.B.T @ q["dRde"]
