@@ -195,7 +195,7 @@ def spinodal(
 ) -> SpinodalResult:
     """The spinodal α_s of ``branch`` ("semantic" or "positional"): the root of λ(α) = 1 of
     :func:`bifurcation_eigenvalue` at the base fixed point, bracketed from ``hint`` (default
-    :data:`DEFAULT_HINT`: 1 semantic, 0.1 positional)
+    :data:`DEFAULT_HINT` for the lower side: 1 semantic, 0.1 positional; 1 for the upper side)
     in [1e-3, ``alpha_max``] and refined by Brent to ``xtol`` (relative to α).  Each base point
     is warm-started from the nearest ones already solved.  Then its kind (module docstring):
     a subcritical pitchfork is followed to its fold, the saddle-node reported.
@@ -227,7 +227,8 @@ def spinodal(
     # refines it from there (a bracket of ±1 %, typically 3-5 evaluations)
     cheap = coarse_rule()
     two = rule.method == "split" and rule.cost > 2 * cheap.cost
-    a0 = min(max(float(hint) if hint else DEFAULT_HINT[branch], ALPHA_MIN), alpha_max)
+    default = DEFAULT_HINT[branch] if side == "lower" else 1.0  # an upper end lies above onset
+    a0 = min(max(float(hint) if hint else default, ALPHA_MIN), alpha_max)
     rc, solved = _eigen_root(
         p, branch, base_branch, cheap if two else rule, a0, 1.25, xtol, alpha_max, sign=sign
     )
