@@ -197,6 +197,22 @@ def test_adam_matches_textbook_formula():
     np.testing.assert_allclose(theta, ref, rtol=1e-12, atol=1e-15)
 
 
+def test_adam_converges_to_the_minimum_of_a_quadratic():
+    # f(theta) = 1/2 sum a_i (theta_i - t_i)^2, curvatures over two decades: the minimum is t.
+    # Adam's step is ~lr per coordinate, so from distance ~1 it needs > 1/lr = 100 steps; with
+    # an exact gradient it then settles well inside one lr-sized step of the minimum.
+    rng = np.random.default_rng(1)
+    n = 40
+    a = np.logspace(-1, 1, n)
+    target = rng.standard_normal(n)
+    theta = np.zeros(n)
+    opt = H.Adam(n, lr=1e-2, dtype=np.float64)
+    for _ in range(3000):
+        opt.step(theta, a * (theta - target))
+    np.testing.assert_allclose(theta, target, atol=1e-2)
+    assert np.abs(theta - target).max() < 1e-3
+
+
 def test_sgd_step():
     theta = np.ones(4)
     H.SGD(4, lr=0.1, dtype=np.float64).step(theta, np.arange(4.0))
@@ -311,6 +327,67 @@ def test_stationarity_distances(quick_models, small_data):
         H.stationarity(H.train(data, "both", 0, progress=False), data, retrain_epochs=1)
 
 
+def test_stationarity_with_adam_travels_further_than_sgd(quick_models, small_data):
+    data = small_data.subset(600, 300)
+    kw = dict(retrain_epochs=1, seed=0, progress=False)
+    sgd = H.stationarity(quick_models["positional"], data, **kw)
+    adam = H.stationarity(quick_models["positional"], data, optimizer="adam", **kw)
+    assert (sgd.optimizer, adam.optimizer) == ("sgd", "adam")
+    assert adam.params["optimizer"] == "adam"
+    # same start (same seed, same noise); SGD moves by lr |grad| per step (|grad| << 1 at a
+    # trained point), Adam by ~lr per coordinate: 19 Adam steps of 1e-3 over 22 955 parameters
+    # go much further than the 0.15 of the noise
+    assert sgd.distance_perturbation == adam.distance_perturbation
+    assert adam.distance_frozen_to_retrained > 3 * sgd.distance_frozen_to_retrained
+    # the authors' convention: a sum of per-tensor norms, between the norm of the whole vector
+    # and sqrt(11) times it (Cauchy-Schwarz)
+    for r in (sgd, adam):
+        d = r.distance_frozen_to_retrained
+        assert d <= r.tensor_sum_frozen_to_retrained <= np.sqrt(11) * d
+        assert r.tensor_sum_frozen_to_retrained == pytest.approx(sum(r.block_distances.values()))
+        # the originally-zero parameters are the hidden W_Q, W_K rows (2 tensors)
+        h = r.hidden_norm_retrained
+        assert h <= r.tensor_sum_hidden_retrained <= np.sqrt(2) * h
+    with pytest.raises(ValueError, match="optimizer"):
+        H.stationarity(quick_models["positional"], data, optimizer="lbfgs", **kw)
+
+
+def test_tensor_sum_distance_closed_form():
+    # constant entries c_k in tensor k: the sum of norms is sum_k |c_k| sqrt(n_k)
+    sizes = {k: int(np.prod(s)) for k, s in H.PARAM_SHAPES.items()}
+    a = np.zeros(H.N_PARAMS)
+    expected = 0.0
+    for i, k in enumerate(H.PARAM_SHAPES):
+        c = (-1) ** i * (i + 1) * 0.1
+        H.unpack(a)[k][...] = c
+        expected += abs(c) * np.sqrt(sizes[k])
+    b = np.zeros(H.N_PARAMS)
+    assert H.tensor_sum_distance(a, b) == pytest.approx(expected, rel=1e-12)
+    assert H.tensor_sum_distance(a, b) > np.linalg.norm(a - b)
+    # only the entries where b is exactly zero: b nonzero on W1 -> W1 drops out
+    H.unpack(b)["W1"][...] = 1.0
+    ex = expected - 0.8 * np.sqrt(sizes["W1"])  # W1 is the 8th tensor: c = 0.8
+    assert H.tensor_sum_distance(a, b, only_zeros_of_b=True) == pytest.approx(ex, rel=1e-12)
+    with pytest.raises(ValueError, match="shape"):
+        H.tensor_sum_distance(a[:10], b)
+
+
+def test_initialisation_norm_matches_pytorch_defaults_in_expectation():
+    # E||theta_init||^2 in closed form: the 800 embedding entries are N(0, 1) (nn.Embedding);
+    # a weight or bias of fan-in n is U(-1/sqrt n, 1/sqrt n) (nn.Linear), E x^2 = 1/(3n);
+    # LayerNorm gain 1 (64 entries), bias 0.  Sum: 975.03.  Var ||theta||^2 = 2 * 800 (chi^2 of
+    # the embeddings) + the uniform parts' 0.3 -> SD 40 per draw, 5.7 for the mean of 50 draws:
+    # the tolerance of 25 is 4.4 SE (an embedding of variance 1/2 or 2 would miss by 400).
+    d, hid = 64, 128
+    expected = (15 * 32 + 10 * 32) + (3 * d * d + d * hid + hid) / (3 * d)
+    expected += (hid * 11 + 11) / (3 * hid) + d
+    assert expected == pytest.approx(975.03, abs=0.01)
+    sq = [float((H.init_params(s, dtype=np.float64) ** 2).sum()) for s in range(50)]
+    assert np.mean(sq) == pytest.approx(expected, abs=25)
+    # the embeddings carry 82 % of it: the init -> frozen distance is not an init-scale effect
+    assert (15 * 32 + 10 * 32) / expected > 0.8
+
+
 # ------------------------------------------------------------------------------------------
 # CLI and figures
 # ------------------------------------------------------------------------------------------
@@ -406,7 +483,44 @@ def test_plots_write_files(tmp_path, quick_models):
     P.plot_attention_maps(quick_models, P.SEQUENCES, tmp_path / "am.png")
     assert (tmp_path / "lc.png").stat().st_size > 10_000
     assert (tmp_path / "am.png").stat().st_size > 10_000
-    assert set(P.FIGURES) == {"histogram-learning-curves", "histogram-attention-maps"}
+    assert set(P.FIGURES) == {
+        "histogram-learning-curves",
+        "histogram-attention-maps",
+        "histogram-stationarity",
+    }
+
+
+@pytest.mark.slow
+def test_stationarity_piece_quick_mode_and_resume(tmp_path, monkeypatch):
+    # the reproduce piece in quick mode (trains the 4 quick models, ~1-2 min of CPU)
+    from theory.histogram import figures as P
+    from theory.store import Store
+
+    out = P.fig_stationarity(tmp_path, quick=True)
+    assert (tmp_path / "histogram-stationarity.png").stat().st_size > 10_000
+    nums = {n["name"]: n for n in out["numbers"]}
+    # 2 variants x (2 optimisers x 2 retraining distances + 1 init distance)
+    assert len(nums) == 10
+    for v in ("positional", "semantic"):
+        # the init -> frozen distance of a training run dwarfs the retraining distance of SGD
+        init = nums[f"histogram_dist_init_{v}"]["value"]
+        assert init > 20 * nums[f"histogram_dist_retrained_{v}_sgd"]["value"]
+        for opt in ("sgd", "adam"):
+            n = nums[f"histogram_dist_zeros_{v}_{opt}"]
+            # the hidden rows start at the noise: 1e-3 * sqrt(32 * 64) = 0.045 per tensor, and
+            # can only grow or shrink from there, never vanish
+            assert n["value"] > 0.02 and np.isfinite(n["value_err"])
+            assert n["published"] == P._published_distance("dist_zeros", v)[0]
+    rows = Store(tmp_path / "histogram-stationarity-cache.jsonl").rows()
+    assert len(rows) == 2 * 2 * len(P.STATIONARITY_QUICK["seeds"])
+
+    # resumed: a second call reads every test from the store and recomputes none
+    def boom(*a, **k):
+        raise AssertionError("recomputed a stored stationarity test")
+
+    monkeypatch.setattr("theory.histogram.stationarity", boom)
+    again = P.fig_stationarity(tmp_path, quick=True)
+    assert [n["value"] for n in again["numbers"]] == [n["value"] for n in out["numbers"]]
 
 
 def test_semantic_model_attends_to_equal_tokens(quick_models, small_data):

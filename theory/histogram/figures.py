@@ -1,11 +1,17 @@
-"""Figures of the histogram (counting) task: learning curves and attention maps.
+"""Figures of the histogram (counting) task: learning curves, attention maps and the
+local-minimum (stationarity) test.
 
 ``FIGURES`` (for ``theory reproduce``):
 
 * ``histogram-learning-curves``: per-token train/validation accuracy and loss against the epoch
   for the semantic and the positional model (mean over seeds, error bars = min..max over seeds);
 * ``histogram-attention-maps``: attention matrices of the positional and the semantic model for
-  BBCCDDBBBB, LMDMMMAHHB and ONMLKJIHGF.
+  BBCCDDBBBB, LMDMMMAHHB and ONMLKJIHGF;
+* ``histogram-stationarity``: the appendix's local-minimum test on the trained restricted models
+  of the learning-curves piece (the same stored models, never retrained): embed, perturb by
+  1e-3, retrain the unrestricted model with SGD (lr 1e-3, the published protocol) and with Adam
+  (lr 1e-3, see STATIONARITY_ADAM_LR); the three published distances, mean ± SE over seeds,
+  against the published ones.
 
 Quick mode trains on a subset (10 000 sequences drawn, 20 epochs, 2 seeds per variant, about
 30 s of CPU); full mode uses the published sizes (50 000 sequences, 200 epochs, seeds 0 and
@@ -25,6 +31,29 @@ from theory.plotting import reproduces, use_agg
 SEQUENCES = ("BBCCDDBBBB", "LMDMMMAHHB", "ONMLKJIHGF")
 QUICK = dict(n_sequences=10_000, epochs=20, seeds=(0, 1))
 FULL = dict(n_sequences=50_000, epochs=200, seeds=tuple(range(10)))  # the published 10 runs
+# the stationarity piece: quick = the quick models, retrained on a subset for a few epochs (same
+# code path); full = the published 100 epochs on the full data.  Full cost, from a timing sample
+# (BENCHMARKS.md "Histogram task": one epoch of 35 000 sequences = 2.0 s of training + 1.1 s of
+# evaluation on one idle core): 100 epochs = 5.2 min per run, 4 runs (2 variants x SGD/Adam) per
+# seed = 21 min per seed of one core.  The published 10 seeds (3.5 h, plus training 16 more
+# models) exceed the 30 min budget: full mode takes seeds 0 and 1 (42 min of one core).
+STATIONARITY_QUICK = dict(seeds=(0, 1), epochs=3, n_train=2000, n_val=1000)
+STATIONARITY_FULL = dict(seeds=(0, 1), epochs=100, n_train=None, n_val=None)
+STATIONARITY_NOISE = 1e-3
+STATIONARITY_SGD_LR = 1e-3  # the published test
+# Adam at the training rate: the optimiser and rate that found the restricted solution, so the
+# test asks whether the unrestricted model's training dynamics leave it.  Adam's step is ~lr per
+# coordinate whatever the gradient's size, so it can travel where SGD at 1e-3 (steps of
+# 1e-3 |grad|, ~1e-6 per coordinate here) cannot: a test of direction, not of gradient size.
+STATIONARITY_ADAM_LR = 1e-3
+STATIONARITY_DISTANCES = (
+    ("tensor_sum_frozen_to_retrained", "dist_retrained", "frozen -> retrained"),
+    ("tensor_sum_hidden_retrained", "dist_zeros", "on the originally-zero parameters"),
+    ("tensor_sum_init_to_frozen", "dist_init", "init -> frozen"),
+)
+# published (paper's appendix; their notebook's table): mean and SD over 10 runs.  The
+# originally-zero row is not in theory.published (dist_zeros); it is kept here.
+_PUBLISHED_ZEROS = {"positional": (0.115, 0.009), "semantic": (0.103, 0.019)}
 COLORS = {"semantic": "tab:blue", "positional": "tab:orange", "both": "tab:green"}
 
 
@@ -167,39 +196,54 @@ def same_token_mass(theta: np.ndarray, x: np.ndarray, variant: str) -> tuple[flo
 _CACHE: dict = {}
 
 
-def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
-    """Train (or load) the semantic and positional models for all seeds; cached per process."""
-    from theory.histogram import load_model, make_data, save_model, train
+def _trained_model(out_dir: Path, quick: bool, data, variant: str, seed: int):
+    """The trained restricted model of ``variant`` and ``seed`` in the learning-curves setting
+    (QUICK / FULL): in full mode loaded from ``histogram-model-<variant>-seed<s>.npz`` when it
+    matches, else trained (resumable from ``.histogram-checkpoints``) and saved there."""
+    from theory.histogram import load_model, save_model, train
 
     cfg = QUICK if quick else FULL
-    key = (quick, str(out_dir))
-    if key in _CACHE:
-        return _CACHE[key]
-    data = make_data(cfg["n_sequences"], rng=0)
-    runs = {}
-    for variant in ("semantic", "positional"):
-        runs[variant] = []
-        for seed in cfg["seeds"]:
-            path = Path(out_dir) / f"histogram-model-{variant}-seed{seed}.npz"
-            res = None
-            if not quick and path.exists():
-                res = load_model(path)
-                if (
-                    res.epochs != cfg["epochs"]
-                    or res.params.get("n_train") != len(data.x_train)
-                    or res.params.get("data_seed") != 0
-                ):
-                    res = None
-            if res is None:
-                ck = None if quick else Path(out_dir) / ".histogram-checkpoints"
-                res = train(
-                    data, variant, cfg["epochs"], seed=seed, checkpoint=ck, progress=not quick
-                )
-                if not quick:
-                    save_model(path, res)
-            runs[variant].append(res)
-    _CACHE[key] = (runs, data, cfg)
+    path = Path(out_dir) / f"histogram-model-{variant}-seed{seed}.npz"
+    if not quick and path.exists():
+        res = load_model(path)
+        if (
+            res.epochs == cfg["epochs"]
+            and res.params.get("n_train") == len(data.x_train)
+            and res.params.get("data_seed") == 0
+        ):
+            return res
+    ck = None if quick else Path(out_dir) / ".histogram-checkpoints"
+    res = train(data, variant, cfg["epochs"], seed=seed, checkpoint=ck, progress=not quick)
+    if not quick:
+        save_model(path, res)
+    return res
+
+
+def _data(quick: bool):
+    from theory.histogram import make_data
+
+    key = ("data", quick)
+    if key not in _CACHE:
+        _CACHE[key] = make_data((QUICK if quick else FULL)["n_sequences"], rng=0)
     return _CACHE[key]
+
+
+def _model(out_dir: Path, quick: bool, variant: str, seed: int):
+    """:func:`_trained_model`, cached per process (the pieces share the trained models)."""
+    key = (quick, str(out_dir), variant, int(seed))
+    if key not in _CACHE:
+        _CACHE[key] = _trained_model(out_dir, quick, _data(quick), variant, seed)
+    return _CACHE[key]
+
+
+def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
+    """Train (or load) the semantic and positional models for all seeds; cached per process."""
+    cfg = QUICK if quick else FULL
+    runs = {
+        v: [_model(out_dir, quick, v, seed) for seed in cfg["seeds"]]
+        for v in ("semantic", "positional")
+    }
+    return runs, _data(quick), cfg
 
 
 def _published_accuracy(variant: str) -> str:
@@ -292,7 +336,199 @@ def fig_attention_maps(out_dir, quick: bool) -> dict:
     return dict(files=[out], numbers=numbers)
 
 
+def _published_distance(kind: str, variant: str) -> tuple[float, float]:
+    """(mean, SD over 10 runs) of a published distance of the local-minimum test."""
+    if kind == "dist_zeros":
+        return _PUBLISHED_ZEROS[variant]
+    from theory.published import published
+
+    rec = published(f"cui2024/histogram/{kind}/{variant}")
+    return float(rec.value), float(rec.uncertainty)
+
+
+def _stationarity_row(out_dir: Path, quick: bool, variant: str, seed: int, optimizer: str):
+    """One local-minimum test, from the Store (``histogram-stationarity-cache.jsonl``) if it was
+    computed before, else computed (its retraining resumable from ``.histogram-checkpoints`` in
+    full mode) and stored."""
+    from theory.histogram import stationarity
+    from theory.histogram.train import _theta_digest
+    from theory.store import Store
+
+    cfg = STATIONARITY_QUICK if quick else STATIONARITY_FULL
+    model = _model(out_dir, quick, variant, seed)
+    data = _data(quick)
+    if cfg["n_train"] is not None:
+        data = data.subset(cfg["n_train"], cfg["n_val"])
+    lr = STATIONARITY_SGD_LR if optimizer == "sgd" else STATIONARITY_ADAM_LR
+    key = dict(
+        variant=variant,
+        seed=int(seed),
+        optimizer=optimizer,
+        lr=lr,
+        epochs=cfg["epochs"],
+        noise=STATIONARITY_NOISE,
+        n_train=len(data.x_train),
+        n_val=len(data.x_val),
+        model=_theta_digest(model.theta),
+    )
+    store = Store(Path(out_dir) / "histogram-stationarity-cache.jsonl")
+    row = store.get(key)
+    if row is None:
+        res = stationarity(
+            model,
+            data,
+            retrain_epochs=cfg["epochs"],
+            noise=STATIONARITY_NOISE,
+            lr=lr,
+            optimizer=optimizer,
+            seed=seed,
+            checkpoint=None if quick else Path(out_dir) / ".histogram-checkpoints",
+            progress=not quick,
+        )
+        row = store.put(key, res.row())
+    return row
+
+
+def plot_stationarity(summary: dict, out: str | Path | None = None, *, title: str | None = None):
+    """``summary``: {(variant, optimizer): {field: (mean, SE, n)}} for the fields of
+    STATIONARITY_DISTANCES.  One panel per distance; published values (mean ± SD/sqrt(10))
+    in black."""
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    variants = ("positional", "semantic")
+    marks = {"sgd": ("o", "SGD lr 1e-3"), "adam": ("s", f"Adam lr {STATIONARITY_ADAM_LR:g}")}
+    for ax, (field, kind, label) in zip(axes, STATIONARITY_DISTANCES):
+        for i, v in enumerate(variants):
+            pub, sd = _published_distance(kind, v)
+            ax.errorbar(
+                i - 0.2,
+                pub,
+                yerr=sd / np.sqrt(10),
+                fmt="*",
+                color="k",
+                ms=10,
+                capsize=3,
+                label="published (10 runs, ± SD/√10)" if i == 0 else None,
+            )
+            for j, opt in enumerate(("sgd", "adam")):
+                if (v, opt) not in summary:
+                    continue
+                mean, se, n = summary[(v, opt)][field]
+                mk, lab = marks[opt]
+                ax.errorbar(
+                    i + 0.05 + 0.2 * j,
+                    mean,
+                    yerr=0 if not np.isfinite(se) else se,
+                    fmt=mk,
+                    color=COLORS[v],
+                    mfc=COLORS[v] if opt == "sgd" else "white",
+                    ms=7,
+                    capsize=3,
+                    label=f"{lab} (simulation, {n} seeds, ± SE)" if i == 0 else None,
+                )
+        ax.set_xticks(range(len(variants)), variants)
+        ax.set_xlim(-0.6, len(variants) - 0.4)
+        ax.set_yscale("log")
+        ax.set_ylabel("sum over the 11 parameter tensors of ‖Δ‖ (authors' distance)")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle(title or "histogram task: local-minimum test", fontsize=10)
+    fig.tight_layout()
+    if out is not None:
+        from theory._util import atomic_savefig
+
+        atomic_savefig(fig, out, dpi=130)
+        plt.close(fig)
+    return fig
+
+
+def _mean_se(values) -> tuple[float, float, int]:
+    a = np.asarray(values, dtype=float)
+    se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")
+    return float(a.mean()), se, int(a.size)
+
+
+@blas_threads(1)
+@reproduces(
+    "cui2024",
+    "App. histogram, local-minimum test",
+    "distances of the local-minimum test: restricted solution embedded, perturbed and retrained "
+    "in the unrestricted model with SGD and with Adam",
+    ["histogram-stationarity.png"],
+)
+def fig_stationarity(out_dir, quick: bool) -> dict:
+    out_dir = Path(out_dir)
+    cfg = STATIONARITY_QUICK if quick else STATIONARITY_FULL
+    rows = {
+        (v, opt): [_stationarity_row(out_dir, quick, v, s, opt) for s in cfg["seeds"]]
+        for v in ("positional", "semantic")
+        for opt in ("sgd", "adam")
+    }
+    fields = [f for f, _, _ in STATIONARITY_DISTANCES]
+    extra = ("distance_frozen_to_retrained", "distance_init_to_frozen", "hidden_norm_retrained")
+    summary = {
+        k: {f: _mean_se([r[f] for r in rs]) for f in (*fields, *extra, "val_accuracy_retrained")}
+        for k, rs in rows.items()
+    }
+    data = _data(quick)
+    n_train = len(data.x_train) if cfg["n_train"] is None else cfg["n_train"]
+    how = (
+        f"{'quick' if quick else 'full'} mode: the learning-curves models ({_how_short(quick)}), "
+        f"embedded, perturbed by {STATIONARITY_NOISE:g} N(0, 1) on all parameters, retrained "
+        f"{cfg['epochs']} epochs on {n_train} sequences, batch 32, seeds {list(cfg['seeds'])}; "
+        "distances in the authors' convention (sum over the 11 tensors of the Euclidean norm)"
+    )
+    out = out_dir / "histogram-stationarity.png"
+    plot_stationarity(
+        summary,
+        out,
+        title=(
+            f"histogram local-minimum test: {cfg['epochs']} retraining epochs on {n_train} "
+            f"sequences, seeds {list(cfg['seeds'])} (published: 100 epochs, 10 runs)"
+        ),
+    )
+    numbers = []
+    for (v, opt), stats in summary.items():
+        lr = STATIONARITY_SGD_LR if opt == "sgd" else STATIONARITY_ADAM_LR
+        for field, kind, label in STATIONARITY_DISTANCES:
+            if kind == "dist_init" and opt == "adam":
+                continue  # init -> frozen does not depend on the retraining
+            mean, se, n = stats[field]
+            pub, sd = _published_distance(kind, v)
+            name = f"histogram_{kind}_{v}" + ("" if kind == "dist_init" else f"_{opt}")
+            euclid = {
+                "dist_retrained": "distance_frozen_to_retrained",
+                "dist_init": "distance_init_to_frozen",
+                "dist_zeros": "hidden_norm_retrained",
+            }[kind]
+            numbers.append(
+                dict(
+                    name=name,
+                    value=mean,
+                    value_err=se,
+                    published=pub,
+                    published_sd=sd,
+                    euclidean=stats[euclid][0],
+                    how=f"{label}, {v} model"
+                    + ("" if kind == "dist_init" else f", {opt} lr {lr:g}")
+                    + f", mean ± SE over {n} seeds (published {pub} ± {sd} = mean ± SD over 10 "
+                    f"runs at 100 SGD epochs; Euclidean norm over all parameters: "
+                    f"{stats[euclid][0]:.4g}); " + how,
+                )
+            )
+    return dict(files=[out], numbers=numbers)
+
+
+def _how_short(quick: bool) -> str:
+    cfg = QUICK if quick else FULL
+    return f"{cfg['n_sequences']} sequences drawn, Adam lr 1e-3, {cfg['epochs']} epochs"
+
+
 FIGURES = {
     "histogram-learning-curves": fig_learning_curves,
     "histogram-attention-maps": fig_attention_maps,
+    "histogram-stationarity": fig_stationarity,
 }
