@@ -413,25 +413,34 @@ def plot_stationarity(summary: dict, out: str | Path | None = None, *, title: st
                 label="published (10 runs, ± SD/√10)" if i == 0 else None,
             )
             for j, opt in enumerate(("sgd", "adam")):
-                if (v, opt) not in summary:
-                    continue
-                mean, se, n = summary[(v, opt)][field]
-                mk, lab = marks[opt]
+                if (v, opt) not in summary or (kind == "dist_init" and opt == "adam"):
+                    continue  # init -> frozen does not depend on the retraining optimiser
+                mean, se, _ = summary[(v, opt)][field]
                 ax.errorbar(
                     i + 0.05 + 0.2 * j,
                     mean,
                     yerr=0 if not np.isfinite(se) else se,
-                    fmt=mk,
+                    fmt=marks[opt][0],
                     color=COLORS[v],
                     mfc=COLORS[v] if opt == "sgd" else "white",
                     ms=7,
                     capsize=3,
-                    label=f"{lab} (simulation, {n} seeds, ± SE)" if i == 0 else None,
+                )
+        n = max(s[field][2] for s in summary.values())
+        for opt, (mk, lab) in marks.items():
+            if kind != "dist_init" or opt == "sgd":
+                ax.errorbar(
+                    [],
+                    [],
+                    fmt=mk,
+                    color="gray",
+                    mfc="gray" if opt == "sgd" else "white",
+                    label=f"{lab} (simulation, {n} seeds, ± SE; colour = variant)",
                 )
         ax.set_xticks(range(len(variants)), variants)
         ax.set_xlim(-0.6, len(variants) - 0.4)
         ax.set_yscale("log")
-        ax.set_ylabel("sum over the 11 parameter tensors of ‖Δ‖ (authors' distance)")
+        ax.set_ylabel("Σ over the 11 tensors of ‖Δ‖ (authors' distance)")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
