@@ -481,8 +481,11 @@ def test_plots_write_files(tmp_path, quick_models):
 
     P.plot_learning_curves({v: [r] for v, r in quick_models.items()}, tmp_path / "lc.png")
     P.plot_attention_maps(quick_models, P.SEQUENCES, tmp_path / "am.png")
-    assert (tmp_path / "lc.png").stat().st_size > 10_000
-    assert (tmp_path / "am.png").stat().st_size > 10_000
+    stats = {f: (0.5, 0.01, 2) for f, _, _ in P.STATIONARITY_DISTANCES}
+    summary = {(v, o): stats for v in ("positional", "semantic") for o in ("sgd", "adam")}
+    P.plot_stationarity(summary, tmp_path / "st.png")
+    for name in ("lc", "am", "st"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
     assert set(P.FIGURES) == {
         "histogram-learning-curves",
         "histogram-attention-maps",
