@@ -57,8 +57,9 @@ SIM_STORE2 = "erm-rank2-sims.jsonl"
 THEORY_STORE2 = "erm-rank2-theory.jsonl"
 #: the r = 2 fixed points drawn: the two sectors of the rank-1 model and the mixed one
 SECTORS = ("semantic", "positional", "mixed")
-#: measured per-run cost of one L-BFGS run at d = 1000 (CPU s, unloaded: alpha 0.5 - 4)
-RUN_CPU_S = 4.5
+#: measured CPU s of one L-BFGS run at d = 1000, omega = 0.3 (median over alpha = 1 ... 4,
+#: 3-5 s; 0.5 s at alpha = 0.01), used when a call runs nothing at d = 1000
+RUN_CPU_S = 3.5
 
 
 def published_rank2() -> tuple[tuple[float, float], ...]:
@@ -243,8 +244,10 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         alphas_r2, nodes = [2.0], dict(n=2**9, n_rep=2)
         alphas_th, omegas_th = np.linspace(0.25, 2.0, 8), [0.1, 0.3]
         gd_points = [(2.0, 100, 0)]
-    else:  # the published alphas and 10 seeds (70 runs), the published map grid at d = 1000
-        # with one seed (625 runs): ~700 x 4.5 CPU s ~ 50 CPU-min, ~25 min on 2 cores
+    else:  # the published alphas and 10 seeds (70 runs, ~4 CPU-min), the published map grid at
+        # d = 1000 with ONE seed (625 runs, ~35 CPU-min; 10 seeds would be ~6 CPU-h), the GD
+        # protocol at 2 alphas (~4 CPU-min each), the r = 2 fixed points (7 solves, a few CPU-min
+        # each): ~1.2 CPU-h, run in one process
         d, seeds, d_map, seeds_map = 1000, list(range(10)), 1000, [0]
         alphas_map, omegas_map = list(np.linspace(a0, a1, na)), list(pub.HEATMAP_OMEGAS)
         alphas_r2, nodes = [0.5, 1.0, 2.0, 3.0, 4.0], dict(n=2**11, n_rep=4)
