@@ -57,6 +57,8 @@ SIM_STORE2 = "erm-rank2-sims.jsonl"
 THEORY_STORE2 = "erm-rank2-theory.jsonl"
 #: the r = 2 fixed points drawn: the two sectors of the rank-1 model and the mixed one
 SECTORS = ("semantic", "positional", "mixed")
+#: the rotation invariants reported per alpha (:func:`invariants`)
+INVARIANTS = ("m_norm", "theta_over_sigma2", "q_min", "q_max")
 #: measured CPU s of one L-BFGS run at d = 1000, omega = 0.3 (median over alpha = 1 ... 4,
 #: 3-5 s; 0.5 s at alpha = 0.01), used when a call runs nothing at d = 1000
 RUN_CPU_S = 3.5
@@ -130,20 +132,20 @@ def run_rank2(points, *, store: Store | None = None, n_test=4000, progress=True)
     return rows
 
 
-def gd_protocol(alpha, d, seed, *, omega=0.3, steps=5000, lr=0.15, store=None) -> dict:
+def gd_protocol(alpha, d, seed, *, omega=0.3, store=None) -> dict:
     """The authors' protocol on one instance: plain full-batch GD ``Q <- Q - lr ∇L`` from the
-    random init for ``steps`` steps (their lr 0.15, 5000 steps), reported as ε_g, ε_g_err,
-    ε_t, the final RMS gradient and the :func:`invariants` (kept in ``store``)."""
+    random init, their lr and step count (:data:`~theory.attention.figures.published.
+    GD_PROTOCOL`: 0.15, 5000), reported as ε_g, ε_g_err, ε_t, the final RMS gradient and the
+    :func:`invariants` (kept in ``store``)."""
     from theory.attention.figures.published import GD_PROTOCOL
 
+    lr, steps = GD_PROTOCOL["lr"], GD_PROTOCOL["steps"]
     store = Store(None) if store is None else store
     key = dict(kind="rank2-gd", alpha=float(alpha), omega=float(omega), d=int(d), seed=int(seed))
     key.update(steps=int(steps), lr=float(lr))
     row = store.get(key)
     if row is not None:
         return row
-    if (lr, steps) != (GD_PROTOCOL["lr"], GD_PROTOCOL["steps"]):
-        key["protocol"] = "modified"
     prob = make_problem(alpha, PARAMS2, d, seed, omega=float(omega))
     Q = initial_weights("random", prob)
     c0 = time.process_time()
@@ -242,7 +244,7 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         d, seeds, d_map, seeds_map = 100, [0, 1], 100, [0]
         alphas_map, omegas_map = list(np.linspace(a0, a1, 5)), [0.1, 0.3, 0.5]
         alphas_r2, nodes = [2.0], dict(n=2**9, n_rep=2)
-        alphas_th, omegas_th = np.linspace(0.25, 2.0, 8), [0.1, 0.3]
+        alphas_th, omegas_th = [np.linspace(0.25, 2.0, 8)], [0.1, 0.3]
         gd_points = [(2.0, 100, 0)]
     else:  # the published alphas and 10 seeds (70 runs, ~4 CPU-min), the published map grid at
         # d = 1000 with ONE seed (625 runs, ~35 CPU-min; 10 seeds would be ~6 CPU-h), the GD
@@ -251,10 +253,9 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         d, seeds, d_map, seeds_map = 1000, list(range(10)), 1000, [0]
         alphas_map, omegas_map = list(np.linspace(a0, a1, na)), list(pub.HEATMAP_OMEGAS)
         alphas_r2, nodes = [0.5, 1.0, 2.0, 3.0, 4.0], dict(n=2**11, n_rep=4)
-        alphas_th, omegas_th = (
-            np.linspace(0.05, 2.0, 40),
-            list(np.round(np.arange(0, 0.451, 0.05), 3)),
-        )
+        # the rank-1 curve of erm-omega03 (shared through the store) and its continuation to 4
+        alphas_th = [np.linspace(0.05, 2.0, 40), np.linspace(2.1, 4.0, 20)]
+        omegas_th = list(np.round(np.arange(0, 0.451, 0.05), 3))
         gd_points = [(2.0, 1000, 0), (4.0, 1000, 0)]
     sim_store = Store(out_dir / SIM_STORE2)
     th_store, th2_store = Store(out_dir / THEORY_STORE), Store(out_dir / THEORY_STORE2)
@@ -277,7 +278,8 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
 
     # ---- theory
     c0 = time.process_time()
-    th1 = theory_curve(alphas_th, PARAMS, rule=figure_rule(quick), store=th_store)
+    th1 = [theory_curve(a, PARAMS, rule=figure_rule(quick), store=th_store) for a in alphas_th]
+    th1 = dict(rows=[r for t in th1 for r in t["rows"]], eps_g_lin=th1[0]["eps_g_lin"])
     fps = {  # every sector at alpha = 2 (which fixed points exist), the mixed one elsewhere
         a: rank2_theory(a, sectors=SECTORS if a == 2.0 else ("mixed",), store=th2_store, **nodes)
         for a in alphas_r2
@@ -425,6 +427,8 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         ),
     ]
     pub_eg = dict(published_rank2())
+    inv = {k: mean_and_sem(line, "alpha", k)[1] for k in INVARIANTS}
+    cos_max = [max(abs(r["cos_m_theta"]) for r in line if math.isclose(r["alpha"], a)) for a in xs]
     for j, a in enumerate(xs):
         pv_ = next((v for k, v in pub_eg.items() if math.isclose(k, a)), None)
         numbers.append(
@@ -432,7 +436,10 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
                 name=f"eps_g rank 2 (alpha={a:g}, omega=0.3) simulated",
                 value=float(mu[j]),
                 how=f"+- {se[j]:.2g} (SE); {how}"
-                + ("" if pv_ is None else f"; authors' GD (10 runs): {pv_:g}"),
+                + ("" if pv_ is None else f"; authors' GD (10 runs): {pv_:g}")
+                + "; minimiser (seed means): "
+                + ", ".join(f"{k} {inv[k][j]:.4f}" for k in INVARIANTS)
+                + f", max |cos(m_1, theta)| {cos_max[j]:.3f}",
             )
         )
     for a, dd, s, g in gd:
