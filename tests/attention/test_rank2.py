@@ -60,3 +60,59 @@ def test_random_init_ends_in_the_minimum_of_the_semantic_init():
         assert rnd[k] == pytest.approx(inv[k], rel=1e-4), k
     assert rnd["q_min"] > 0.1 * rnd["q_max"] > 0
     assert abs(rnd["cos_m_theta"]) < 4 / math.sqrt(200)
+
+
+def _stub_theory(monkeypatch, calls):
+    """Replace the piece's three theory calls by cheap stand-ins that count their calls (the
+    r = 2 mixed fixed point against finite-d L-BFGS: tests/attention/test_ps_general.py::
+    test_rank2_mixed_fixed_point_against_finite_d_lbfgs; the shared machine could not run
+    the r = 2 solve inside a test here)."""
+
+    def curve(alphas, params, rule=None, store=None):
+        calls.append("curve")
+        rows = [
+            dict(alpha=a, init=b, branch=b, status="converged", eps_g=0.003)
+            for a in alphas
+            for b in ("semantic", "positional")
+        ]
+        return dict(rows=rows, global_=[], eps_g_lin=0.00197)
+
+    def lines(omegas, params, rule=None, store=None):
+        calls.append("lines")
+        return [dict(omega=w, alpha_c=0.6 + 2 * w, alpha_l=0.8 + 2 * w) for w in omegas]
+
+    def fixed_points(alpha, sectors=rank2.SECTORS, store=None, **kw):
+        calls.append("r2")
+        row = dict(status="converged", label="mixed", eps_t=0.003, eps_t_err=1e-5)
+        row.update(eps_g=0.0014, eps_g_err=1e-5, m_norm=0.2, theta_over_sigma2=0.5)
+        row.update(q_min=0.02, q_max=0.08, cos_m_theta=0.0)
+        return {s: dict(row) for s in sectors}
+
+    monkeypatch.setattr(rank2, "theory_curve", curve)
+    monkeypatch.setattr(rank2, "theory_phase_rows", lines)
+    monkeypatch.setattr(rank2, "rank2_theory", fixed_points)
+
+
+@pytest.mark.slow
+def test_piece_runs_in_quick_mode_and_resumes_from_its_stores(tmp_path, monkeypatch):
+    """The quick piece (29 L-BFGS runs at d = 100, GD 5000 steps at d = 100; 695 s wall for
+    both calls on the shared machine at load 25) with the theory stubbed: files, the published comparison in the numbers, no failed run, and a
+    second call that finds every run in the folder's store."""
+    calls = []
+    _stub_theory(monkeypatch, calls)
+    out = rank2.fig_rank2(tmp_path, True)
+    assert out["files"] == [str(tmp_path / "erm-rank2.png")]
+    assert (tmp_path / "erm-rank2.png").stat().st_size > 10_000
+    assert sorted(set(calls)) == ["curve", "lines", "r2"]
+    nums = {n["name"]: n for n in out["numbers"]}
+    # every published alpha is simulated and quoted beside the authors' value
+    for a, v in rank2.published_rank2():
+        row = nums[f"eps_g rank 2 (alpha={a:g}, omega=0.3) simulated"]
+        assert f"authors' GD (10 runs): {v:g}" in row["how"]
+        assert 0 < row["value"] < 0.01
+    assert nums["erm-rank2_failed_runs"]["value"] == 0
+    # a second call finds every run in the folder's store: no simulation CPU, same numbers
+    again = {n["name"]: n for n in rank2.fig_rank2(tmp_path, True)["numbers"]}
+    assert again["erm-rank2_sim_cpu_s"]["value"] < 0.2 * nums["erm-rank2_sim_cpu_s"]["value"]
+    key = "eps_g rank 2 (alpha=2, omega=0.3) simulated"
+    assert again[key] == nums[key]
