@@ -96,8 +96,9 @@ def _stub_theory(monkeypatch, calls):
 @pytest.mark.slow
 def test_piece_runs_in_quick_mode_and_resumes_from_its_stores(tmp_path, monkeypatch):
     """The quick piece (29 L-BFGS runs at d = 100, GD 5000 steps at d = 100; 695 s wall for
-    both calls on the shared machine at load 25) with the theory stubbed: files, the published comparison in the numbers, no failed run, and a
-    second call that finds every run in the folder's store."""
+    both calls on the shared machine at load 25) with the theory stubbed: files, the published
+    comparison in the numbers, no failed run, and a second call that finds every run in the
+    folder's store."""
     calls = []
     _stub_theory(monkeypatch, calls)
     out = rank2.fig_rank2(tmp_path, True)
