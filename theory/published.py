@@ -59,6 +59,7 @@ _CUI_FP = "code: theory/repl_softmax_Mixed_sig0.5_lamb0.01_omega0.3{}.csv, alpha
 _CUI_GD = "code: empirics/results_mean_standardA.csv (GD, d = 1000, 24 runs)"
 _CUI_SCALING = "code: empirics/results_scaling.csv (GD, alpha = 1.5)"
 _HIST = "paper, histogram task (text)"
+_CUI_RANK2 = "code: the authors' rank-2 student results (appendix; GD, random init, 10 runs)"
 
 
 def _c(key, ref, quantity, value, params=None, **kw) -> Published:
@@ -194,6 +195,25 @@ _RECORDS = [
             how="code",
         )
         for om, a in ((0.14, 0.57), (0.15, 0.84))
+    ),
+    # the rank-2 student (r = 2, r_t = 1), random init, GD, 10 runs, omega = 0.3
+    *(
+        _c(
+            f"rank2/eps_g/alpha={a:g}",
+            _CUI_RANK2,
+            "eps_g",
+            v,
+            {"alpha": a, "omega": 0.3, "r": 2, "init": "random", "runs": 10},
+        )
+        for a, v in (
+            (0.01, 0.00443),
+            (1.0, 0.00302),
+            (2.0, 0.00254),
+            (2.33, 0.00137),
+            (3.0, 0.00098),
+            (3.67, 0.00058),
+            (4.0, 0.00089),
+        )
     ),
     # finite-size concentration, alpha = 1.5: theory lines and the largest d
     *(

@@ -48,6 +48,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.attention.figures.theory",
     "theory.attention.figures.simulation",
     "theory.attention.figures.metastability",
+    "theory.attention.figures.rank2",
     "theory.ssi.figures.phase",
     "theory.ssi.figures.sgd",
     "theory.ssi.figures.gain",
