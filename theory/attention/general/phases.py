@@ -271,10 +271,30 @@ def transition(
             raise _OutOfTime
         return r
 
+    def trivial_at(a, b):
+        """The trivial point at a, warm-started from the nearest solved one (m = 0 exactly)."""
+        near = [x for x, r in solved[b].items() if ok(r, b) and r.branch == "trivial"]
+        init = dict(m=np.zeros((p.L, p.r)))
+        if near:
+            r0 = solved[b][min(near, key=lambda x: abs(x - a))]
+            init.update(q=r0.q, V=r0.V)
+        return bounded(a, b, init)
+
     def solve_at(a, b):
         a = float(a)
         if a in solved[b]:
             return solved[b][a]
+        if b == "positional" and any(x >= a for x in collapsed):
+            # the positional branch collapsed at some α' >= a: it ends at a spinodal below
+            # which only the trivial point is left, so solve that directly (the collapse from a
+            # positional start costs a full decay of m: ~550 s of the first L = 3 run)
+            r = trivial_at(a, b)
+            if ok(r, b):
+                collapsed.append(a)
+                solved[b][a] = r
+                if bar is not None:
+                    bar.update(1)
+                return r
         start = warm(a, b)
         r = bounded(a, b, start)
         gone = "collapsed" in r.message  # the branch ended: a cold start would end there too
@@ -285,7 +305,7 @@ def transition(
         if b == "positional" and "collapsed" in r.message:
             # the positional branch ends on the trivial point: solve that point (m = 0 exactly
             # is invariant, so the collapse stop cannot fire) as the θ = 0 sector's state
-            triv = bounded(a, b, dict(m=np.zeros((p.L, p.r))))
+            triv = trivial_at(a, b)
             if ok(triv, b):
                 r = triv
                 collapsed.append(a)
