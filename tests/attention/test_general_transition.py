@@ -206,3 +206,16 @@ def test_L2_general_transition_reproduces_the_L2_alpha_c(omega):
     assert r.rs_check == "restarts" and r.rs_stable == {"semantic": True, "positional": True}
     assert "RS not trusted" not in r.message
     json.dumps(r.to_dict())
+
+
+def test_the_bracket_kept_at_the_time_bound_is_the_tightest_sign_change():
+    from theory.attention.general.phases import _out_of_time_message, _tightest_bracket
+
+    signs = {1.2: -5e-4, 0.5: 1e-3, 0.9: -1e-4, 0.7: 2e-4}
+    assert _tightest_bracket(signs) == (0.7, 0.9)
+    assert _tightest_bracket({0.5: 1e-3, 0.7: 2e-4}) == ()
+    out = dict(alpha_c=math.nan, alpha_c_bracket=(0.7, 0.9))
+    assert "α_c in [0.7, 0.9]" in _out_of_time_message(20, out, signs)
+    out = dict(alpha_c=math.nan, alpha_c_bracket=())
+    msg = _out_of_time_message(20, out, {0.5: 1e-3})
+    assert "before a bracket" in msg and "Δε_t(0.5) = 0.001" in msg
