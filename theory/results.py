@@ -7,9 +7,10 @@ Every public computation returns a frozen dataclass that subclasses :class:`Resu
   for SGD), and an estimate with an error bar carries it in ``<field>_err``, so overlaying a
   theory curve on simulation points is one call (:func:`theory.plotting.overlay`);
 * ``status``: ``"converged"`` / ``"ok"`` (a direct computation), or why not: ``"max_iter"``,
-  ``"nan"``, ``"diverged"``; or an answer that is not a number: ``"no_transition"``,
-  ``"no_spinodal"`` (none in the range searched, message says which).  A computation that did
-  not converge says so here and in ``message``; it never returns a silent number;
+  ``"max_time"`` (a time bound spent, the message names it), ``"nan"``, ``"diverged"``; or an
+  answer that is not a number: ``"no_transition"``, ``"no_spinodal"`` (none in the range
+  searched, message says which).  A computation that did not converge says so here and in
+  ``message``; it never returns a silent number;
 * ``history``: one shape everywhere -- a dict of numpy arrays that share their first axis (the
   iteration, epoch or record index), e.g. ``{"iteration": (n,), "q": (n,), "residual": (n,)}``;
   ``None`` when not kept.  :func:`as_history` builds it from rows or columns;
@@ -32,7 +33,16 @@ import numpy as np
 from theory import __version__
 from theory._util import to_jsonable
 
-STATUSES = ("converged", "max_iter", "nan", "diverged", "ok", "no_transition", "no_spinodal")
+STATUSES = (
+    "converged",
+    "max_iter",
+    "max_time",
+    "nan",
+    "diverged",
+    "ok",
+    "no_transition",
+    "no_spinodal",
+)
 
 __all__ = ["STATUSES", "Result", "as_history"]
 

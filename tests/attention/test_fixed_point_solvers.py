@@ -205,6 +205,38 @@ def test_a_fixed_step_run_evaluates_exactly_max_iter_times():
     assert np.allclose(seen, expect[1:], rtol=1e-14)
 
 
+@pytest.mark.parametrize("strategy", [Damped(0.5, adapt=False), Anderson(0.5)])
+def test_max_time_stops_the_loop_inside_a_solve_and_keeps_the_last_point(strategy):
+    # a map that takes 50 ms per evaluation and contracts slowly (F(a) = 0.99 a + 0.02, fixed
+    # point 2): a 0.3 s bound stops it long before tol or max_iter
+    import time
+
+    def F(x):
+        time.sleep(0.05)
+        return dict(a=0.99 * x["a"] + 0.02), None
+
+    t0 = time.perf_counter()
+    r = iterate(F, dict(a=0.0), strategy=strategy, tol=1e-12, max_iter=10_000, max_time=0.3)
+    wall = time.perf_counter() - t0
+    assert r.status == "max_time" and "max_time = 0.3 s exceeded" in r.message
+    # the overrun is the evaluation under way when the bound passed (50 ms) plus scheduling
+    # noise on a loaded machine: 0.5 s of slack
+    assert 0.3 <= wall < 0.8 and 2 <= r.iterations < 10_000
+    # the last accepted point and its (undamped) image are kept, consistent with the map
+    assert r.fx["a"] == pytest.approx(0.99 * r.x["a"] + 0.02, rel=1e-14)
+    assert 0 < r.x["a"] < 2
+
+
+def test_an_unspent_max_time_leaves_the_run_bit_identical():
+    kw = dict(strategy=None, tol=1e-10, max_iter=200)
+    a = iterate(make_map(), START, **kw)
+    b = iterate(make_map(), START, max_time=1e9, **kw)
+    assert a.status == b.status and a.iterations == b.iterations
+    assert all(a.x[k] == b.x[k] for k in KEYS) and a.message == b.message
+    with pytest.raises(ValueError, match="max_time"):
+        iterate(make_map(), START, max_time=-1.0)
+
+
 def test_two_fidelity_solve_needs_few_accurate_maps():
     # accurate map: the ERM-like Jacobian; cheap map: a fixed point 2e-3 off and a 5 % different
     # Jacobian.  The solve reaches the ACCURATE fixed point with a few accurate evaluations.

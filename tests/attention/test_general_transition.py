@@ -6,6 +6,7 @@ finite-d L-BFGS restarts (the L = 2 control of docs/findings.md §3)."""
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -76,15 +77,63 @@ def test_cli_general_transition_json_reports_the_time_bound(capsys):
     argv = ["erm", "general-transition", "--L", "3", "--max-time", "1e-9", "--n", "256"]
     code = main([*argv, "--n-rep", "2", "--no-rs", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert code == 1 and out["status"] == "max_iter" and "max_time" in out["message"]
+    assert code == 1 and out["status"] == "max_time" and "max_time" in out["message"]
     assert out["branches"] == ["semantic", "positional"] and out["params"]["L"] == 3
-    assert out["alpha_c"] is None and out["eps_g_lin"] > 0
+    assert out["alpha_c"] is None and out["eps_g_lin"] > 0 and out["alpha_c_bracket"] == []
 
 
 def test_transition_out_of_time_is_reported():
     r = pg.transition(pg.GeneralParams(), max_time=1e-9, n=256, n_rep=2, rs=False)
-    assert r.status == "max_iter" and "max_time" in r.message and math.isnan(r.alpha_c)
-    assert r.eps_g_lin > 0 and r.metadata["solved"] == 0
+    assert r.status == "max_time" and "max_time" in r.message and math.isnan(r.alpha_c)
+    assert r.eps_g_lin > 0 and r.metadata["solved"] == 0 and r.alpha_c_bracket == ()
+
+
+# --------------------------------------------------------------------------- time bound
+
+
+def _cpu(f):
+    c0 = time.process_time()
+    out = f()
+    return out, time.process_time() - c0
+
+
+L3 = pg.GeneralParams(L=3, omega=0.3)
+
+
+def _one_map_cost(n, n_rep):
+    """CPU seconds of a fixed point stopped after one map evaluation (= one map, the final
+    evaluation at the last iterate, setup): the most a time bound can overrun by."""
+    kw = dict(n=n, n_rep=n_rep, error=False, max_iter=1)
+    _, c = _cpu(lambda: pg.fixed_point(0.7, L3, "semantic", **kw))
+    return c
+
+
+def test_fixed_point_max_time_stops_inside_the_solve_and_keeps_the_last_iterate():
+    slack = _one_map_cost(512, 2) + 1.0
+    # tol 1e-14 is below the frozen-node roughness: without the bound this runs to max_iter
+    kw = dict(n=512, n_rep=2, tol=1e-14, max_iter=10_000, max_time=3.0)
+    r, cpu = _cpu(lambda: pg.fixed_point(0.7, L3, "semantic", **kw))
+    assert r.status == "max_time" and "max_time = 3 s exceeded" in r.message
+    # the CPU time is at most the wall time: the bound (3 s) plus one map in flight and the
+    # final evaluation of the last iterate (``slack``, measured above)
+    assert cpu < 3.0 + slack, (cpu, slack)
+    # the last iterate is kept and evaluated: a semantic state with finite ε_t
+    assert 1 <= r.iterations < 10_000 and r.theta_s > 0 and math.isfinite(r.eps_t)
+    assert r.eps_t_err is None  # no error re-solves after the bound
+
+
+def test_transition_max_time_holds_inside_a_fixed_point_at_L3():
+    # every fixed point is made endless (tol 1e-14): only the bound inside the iteration
+    # loop can stop the search, within the first fixed point
+    n, n_rep, bn = 256, 2, 2**10
+    _, c_base = _cpu(lambda: pg.linear_baseline(L3, n=bn))
+    slack = c_base + _one_map_cost(n, n_rep) + 1.0
+    kw = dict(n=n, n_rep=n_rep, baseline_n=bn, rs=False, tol=1e-14, max_iter=10_000)
+    r, cpu = _cpu(lambda: pg.transition(L3, hint=0.7, max_time=4.0, **kw))
+    assert r.status == "max_time" and "max_time = 4 s exceeded" in r.message, r.message
+    assert "before Δε_t was computed" in r.message and r.alpha_c_bracket == ()
+    assert cpu < 4.0 + slack, (cpu, slack)
+    assert r.metadata["cpu_time_s"] <= cpu and r.metadata["solved"] == 0
 
 
 # --------------------------------------------------------------------------- RS check
@@ -157,3 +206,16 @@ def test_L2_general_transition_reproduces_the_L2_alpha_c(omega):
     assert r.rs_check == "restarts" and r.rs_stable == {"semantic": True, "positional": True}
     assert "RS not trusted" not in r.message
     json.dumps(r.to_dict())
+
+
+def test_the_bracket_kept_at_the_time_bound_is_the_tightest_sign_change():
+    from theory.attention.general.phases import _out_of_time_message, _tightest_bracket
+
+    signs = {1.2: -5e-4, 0.5: 1e-3, 0.9: -1e-4, 0.7: 2e-4}
+    assert _tightest_bracket(signs) == (0.7, 0.9)
+    assert _tightest_bracket({0.5: 1e-3, 0.7: 2e-4}) == ()
+    out = dict(alpha_c=math.nan, alpha_c_bracket=(0.7, 0.9))
+    assert "α_c in [0.7, 0.9]" in _out_of_time_message(20, out, signs)
+    out = dict(alpha_c=math.nan, alpha_c_bracket=())
+    msg = _out_of_time_message(20, out, {0.5: 1e-3})
+    assert "before a bracket" in msg and "Δε_t(0.5) = 0.001" in msg

@@ -187,10 +187,12 @@ def cmd_transition(args):
         progress=args.progress,
     )
     err = f" ± {r.alpha_c_err:.2g}" if r.alpha_c_err is not None else ""
+    br = r.alpha_c_bracket
+    br = f"  (bracket [{br[0]:.6g}, {br[1]:.6g}])" if br else ""
     lines = [
         f"L={p.L} r={p.r} r_t={p.r_t} omega={p.omega:g} branches {r.branches[0]} (above) / "
         f"{r.branches[1]} (below): status={r.status}",
-        f"alpha_c   = {r.alpha_c:.6g}{err}",
+        f"alpha_c   = {r.alpha_c:.6g}{err}{br}",
         f"alpha_l   = {r.alpha_l:.6g} ({r.alpha_l_branch or '-'})",
         f"eps_g_lin = {r.eps_g_lin:.6g} ± {r.eps_g_lin_err:.2g}",
     ]
@@ -330,7 +332,9 @@ def add_parsers(erm_subparsers) -> None:
         "alpha_c where the two branches' training losses cross (bracket + Brent on frozen QMC "
         "nodes, QMC error bar), alpha_l where the global minimiser's eps_g crosses the general "
         "linear baseline, and a finite-d L-BFGS restarts check of replica symmetry on each "
-        "branch's fixed point at alpha_c.  Exit 0 when converged or no_transition.",
+        "branch's fixed point at alpha_c.  Exit 0 when converged or no_transition, 1 otherwise "
+        "(max_iter: no bracket or no convergence; max_time: the time bound was spent, the "
+        "bracket of alpha_c found so far is printed and is in --json's alpha_c_bracket).",
     )
     t.add_argument(
         "--branches",
@@ -350,7 +354,8 @@ def add_parsers(erm_subparsers) -> None:
         "--max-time",
         type=float,
         default=3600.0,
-        help="stop (status max_iter) after this many seconds (default 3600)",
+        help="wall-clock bound in seconds: each fixed point gets the time left and stops at it; "
+        "when spent, status max_time and exit 1, with what was found (default 3600)",
     )
     t.add_argument(
         "--n", type=int, default=2**11, help="QMC points per scrambling (power of 2; default 2048)"

@@ -24,6 +24,7 @@ Jacobians included when they are taken from ``F``).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -264,6 +265,7 @@ def iterate(
     callbacks: Sequence[Callable[[Step], Any]] = (),
     keep_history: bool = False,
     max_start_residual: float | None = None,
+    max_time: float | None = None,
 ) -> IterationResult:
     """Iterate ``F`` from ``x0`` with ``strategy`` (default :class:`Damped`).
 
@@ -283,11 +285,18 @@ def iterate(
     keep_history : record ``iteration, <state>, residual, mixing`` at every accepted point.
     max_start_residual : give up at once (status "max_iter", one evaluation) when the start's
         residual exceeds it -- for a caller that has a more robust route for far starts.
+    max_time : wall-clock seconds (``time.perf_counter``) from the call: once spent, the loop
+        stops at the next point it examines with status "max_time", the message naming the
+        bound, and the last accepted point kept in ``x``/``fx`` (None: no bound; a map
+        evaluation under way is finished, so the overrun is at most one evaluation).
     """
     if not tol >= 0:
         raise ValueError(f"tol must be >= 0, got {tol!r}")
     if int(max_iter) < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+    if max_time is not None and not max_time >= 0:
+        raise ValueError(f"max_time must be >= 0 seconds (or None), got {max_time!r}")
+    deadline = None if max_time is None else time.perf_counter() + max_time
     packing = Packing.of(x0)
     strategy = Damped() if strategy is None else strategy
     ctx = _Context(F, packing, tol, atol)
@@ -300,6 +309,16 @@ def iterate(
         if residual is not None:
             return float(residual(packing.unpack(xv), packing.unpack(fv)))
         return relative_residual(xv, fv, packing, atol, keys)
+
+    def spent():
+        """(status, message) when the evaluation or time budget is spent, else None."""
+        if ctx.evaluations >= max_iter:
+            return "max_iter", f"no convergence in {max_iter} map evaluations"
+        if deadline is not None and time.perf_counter() >= deadline:
+            return "max_time", (
+                f"max_time = {max_time:.4g} s exceeded after {ctx.evaluations} map evaluations"
+            )
+        return None
 
     def examine():
         """Checks at the accepted point in ctx: (status, message) to stop, or None."""
@@ -316,9 +335,7 @@ def iterate(
             why = cb(step)
             if why:
                 return why if isinstance(why, tuple) else ("diverged", str(why))
-        if ctx.evaluations >= max_iter:
-            return "max_iter", f"no convergence in {max_iter} map evaluations"
-        return None
+        return spent()
 
     try:
         while True:
@@ -327,8 +344,11 @@ def iterate(
                 nxt = strategy.failed(ctx, x, err)
                 accepted = False
                 if nxt is not REJECTED:
-                    if ctx.evaluations >= max_iter:
-                        status, message = "max_iter", ctx.message or f"map failed: {err}"
+                    stop = spent()
+                    if stop:
+                        status, message = stop
+                        if status == "max_iter":
+                            message = ctx.message or f"map failed: {err}"
                         break
                     x = nxt
                     continue
@@ -336,8 +356,9 @@ def iterate(
                 res = measure(x, fv)
                 accepted = strategy.observe(ctx, x, fv, res)
             if not accepted:  # a rejected (or failed) trial of a line search
-                if ctx.evaluations >= max_iter:
-                    status, message = "max_iter", f"no convergence in {max_iter} map evaluations"
+                stop = spent()
+                if stop:
+                    status, message = stop
                     break
                 nxt = strategy.retry(ctx)
                 if nxt is REVISIT:

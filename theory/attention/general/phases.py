@@ -127,12 +127,15 @@ class GeneralTransitionResult(Result):
     minimiser's ε_g crosses ``eps_g_lin`` (``alpha_l_branch``: "below", "jump" or "above" as in
     the L = 2 code, named by branch); ``eps_t_at_alpha_c``; ``fixed_points`` {branch: overlaps,
     eps_t, eps_g at α_c}; the RS check of each (``rs_check``, ``rs_stable``,
-    ``rs_overlap_ratio``, ``rs_tolerance``); ``alpha_max`` and ``max_time`` bound the search."""
+    ``rs_overlap_ratio``, ``rs_tolerance``); ``alpha_max`` and ``max_time`` bound the search;
+    ``alpha_c_bracket`` = (lo, hi) with Δε_t(lo) > 0 > Δε_t(hi), the tightest found (empty
+    when none was), the answer so far when ``max_time`` stops the search."""
 
     omega: float
     branches: tuple = ()
     alpha_c: float = math.nan
     alpha_c_err: float | None = None
+    alpha_c_bracket: tuple = ()
     alpha_l: float = math.nan
     alpha_l_branch: str = ""
     eps_g_lin: float = math.nan
@@ -191,13 +194,16 @@ def transition(
     The bracket walks from ``hint`` (default 1) in geometric steps of ``step`` within
     [0.02, ``alpha_max``]; Brent refines to ``xtol`` (default 1e-3, below the QMC error of α_c
     at the default 2^11 × 4 nodes).  Status "no_transition" when Δε_t > 0 up to ``alpha_max``;
-    "max_iter" when no bracket is found otherwise or when ``max_time`` seconds are exceeded
-    (the message says which).  α_l: the global minimiser's ε_g = ε_g^lin
-    (:func:`~theory.attention.general.linear_baseline`), on the "below" branch under α_c, in the
-    jump, or on the "above" branch over it.  ``rs``: the restarts check (:func:`rs_check`, at
-    ``rs_d`` with ``rs_restarts`` restarts) on both fixed points at α_c; a failure is reported
-    in ``rs_stable`` and the message ("RS not trusted ...").  ``fp_kwargs`` (mixing, tol,
-    max_iter, accel) go to every fixed point.
+    "max_iter" when no bracket is found otherwise; "max_time" when ``max_time`` wall-clock
+    seconds are spent: every fixed point gets the time left (its iteration stops at the bound,
+    overrunning by at most one map evaluation), and the result keeps what was found
+    (``alpha_c_bracket``, α_c if Brent had finished, the message says what is missing).  The RS
+    check runs only while time is left (its L-BFGS is bounded by its own step count).  α_l: the
+    global minimiser's ε_g = ε_g^lin (:func:`~theory.attention.general.linear_baseline`), on the
+    "below" branch under α_c, in the jump, or on the "above" branch over it.  ``rs``: the
+    restarts check (:func:`rs_check`, at ``rs_d`` with ``rs_restarts`` restarts) on both fixed
+    points at α_c; a failure is reported in ``rs_stable`` and the message ("RS not trusted
+    ...").  ``fp_kwargs`` (mixing, tol, max_iter, accel) go to every fixed point.
     """
     p = as_params(params)
     branches = tuple(branches)
@@ -219,7 +225,12 @@ def transition(
     if int(rs_d) != rs_d or rs_d <= p.L + 1:
         raise ValueError(f"rs_d must be an integer dimension > L + 1, got {rs_d}")
     above, below = branches
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    deadline = t0 + max_time
+
+    def left():
+        return deadline - time.perf_counter()
+
     nodes = make_nodes(p, n, n_rep, "qmc", rng)
     fp_kwargs.update(nodes=nodes, error=False)
     solved: dict[str, dict[float, GeneralERMResult]] = {b: {} for b in branches}
@@ -251,23 +262,50 @@ def transition(
             return solved[b][good[0]]  # extrapolated past positive definiteness: nearest one
         return out
 
+    def bounded(a, b, init):
+        """One fixed point in the time left; _OutOfTime when the bound stops it."""
+        if left() <= 0:
+            raise _OutOfTime
+        r = fixed_point(a, p, b, init=init, max_time=left(), **fp_kwargs)
+        if r.status == "max_time":
+            raise _OutOfTime
+        return r
+
+    def trivial_at(a, b):
+        """The trivial point at a, warm-started from the nearest solved one (m = 0 exactly)."""
+        near = [x for x, r in solved[b].items() if ok(r, b) and r.branch == "trivial"]
+        init = dict(m=np.zeros((p.L, p.r)))
+        if near:
+            r0 = solved[b][min(near, key=lambda x: abs(x - a))]
+            init.update(q=r0.q, V=r0.V)
+        return bounded(a, b, init)
+
     def solve_at(a, b):
         a = float(a)
         if a in solved[b]:
             return solved[b][a]
-        if time.perf_counter() - t0 > max_time:
-            raise _OutOfTime
+        if b == "positional" and any(x >= a for x in collapsed):
+            # the positional branch collapsed at some α' >= a: it ends at a spinodal below
+            # which only the trivial point is left, so solve that directly (the collapse from a
+            # positional start costs a full decay of m: ~550 s of the first L = 3 run)
+            r = trivial_at(a, b)
+            if ok(r, b):
+                collapsed.append(a)
+                solved[b][a] = r
+                if bar is not None:
+                    bar.update(1)
+                return r
         start = warm(a, b)
-        r = fixed_point(a, p, b, init=start, **fp_kwargs)
+        r = bounded(a, b, start)
         gone = "collapsed" in r.message  # the branch ended: a cold start would end there too
         if not ok(r, b) and not gone and start is not None and b not in inits:
-            r2 = fixed_point(a, p, b, **fp_kwargs)  # the warm start may have jumped: cold
+            r2 = bounded(a, b, None)  # the warm start may have jumped: cold
             if ok(r2, b):
                 r = r2
         if b == "positional" and "collapsed" in r.message:
             # the positional branch ends on the trivial point: solve that point (m = 0 exactly
             # is invariant, so the collapse stop cannot fire) as the θ = 0 sector's state
-            triv = fixed_point(a, p, b, init=dict(m=np.zeros((p.L, p.r))), **fp_kwargs)
+            triv = trivial_at(a, b)
             if ok(triv, b):
                 r = triv
                 collapsed.append(a)
@@ -276,9 +314,14 @@ def transition(
             bar.update(1)
         return r
 
+    signs: dict[float, float] = {}  # every finite Δε_t computed (the bracket so far)
+
     def dE(a):
         ra, rb = solve_at(a, above), solve_at(a, below)
-        return ra.eps_t - rb.eps_t if ok(ra, above) and ok(rb, below) else math.nan
+        v = ra.eps_t - rb.eps_t if ok(ra, above) and ok(rb, below) else math.nan
+        if math.isfinite(v):
+            signs[float(a)] = v
+        return v
 
     def eps_g_minus(b, lin):
         return lambda a: (solve_at(a, b).eps_g - lin) if ok(solve_at(a, b), b) else math.nan
@@ -318,8 +361,9 @@ def transition(
         if math.isfinite(out.get("alpha_c", math.nan)):
             status = _alpha_l(out, above, below, solve_at, eps_g_minus, lin, xtol, step, msgs)
     except _OutOfTime:
-        status = "max_iter"
-        msgs.append(f"max_time = {max_time:g} s exceeded")
+        status = "max_time"
+        out["alpha_c_bracket"] = _tightest_bracket(signs)
+        msgs.append(_out_of_time_message(max_time, out, signs))
     if bar is not None:
         bar.close()
     if collapsed:
@@ -329,7 +373,12 @@ def transition(
             "θ = 0 sector there"
         )
     if rs and out.get("fixed_points"):
-        _rs_fields(out, p, rs_d, rs_restarts, rs_seed, msgs)
+        if left() > 0:
+            _rs_fields(out, p, rs_d, rs_restarts, rs_seed, msgs)
+        else:
+            msgs.append("RS not checked: max_time spent before the restarts check")
+    if not out.get("alpha_c_bracket"):
+        out["alpha_c_bracket"] = _tightest_bracket(signs)
     return GeneralTransitionResult(
         status=status,
         message="; ".join(msgs),
@@ -340,10 +389,33 @@ def transition(
             dE_evaluations=rc.values if rc is not None else [],
             solved=sum(len(v) for v in solved.values()),
             wall_time_s=time.perf_counter() - t0,
+            cpu_time_s=time.process_time() - c0,
             xtol=xtol,
         ),
         **out,
     )
+
+
+def _tightest_bracket(signs: Mapping[float, float]) -> tuple:
+    """(lo, hi) with Δε_t(lo) > 0 > Δε_t(hi), adjacent among the α computed; () if none."""
+    pts = sorted(signs.items())
+    for (a, va), (b, vb) in zip(pts, pts[1:]):
+        if va > 0 > vb:
+            return (a, b)
+    return ()
+
+
+def _out_of_time_message(max_time, out, signs) -> str:
+    msg = f"max_time = {max_time:g} s exceeded"
+    if math.isfinite(out.get("alpha_c", math.nan)):
+        return f"{msg} after α_c was found (α_l not found)"
+    br = out.get("alpha_c_bracket")
+    if br:
+        return f"{msg} before Brent converged: α_c in [{br[0]:.6g}, {br[1]:.6g}]"
+    if signs:
+        seen = ", ".join(f"Δε_t({a:.4g}) = {v:.3g}" for a, v in sorted(signs.items()))
+        return f"{msg} before a bracket of α_c was found ({seen})"
+    return f"{msg} before Δε_t was computed at any α"
 
 
 def _at_alpha_c(rc, above, below, solve_at, nodes, p, out, msgs) -> str:

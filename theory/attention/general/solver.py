@@ -10,6 +10,7 @@ error bar is the standard error of the ``n_rep`` fixed points re-solved on each 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -206,11 +207,13 @@ def _solve(
     warm=None,
     accel="anderson",
     keep_history=False,
+    deadline=None,
 ):
     """The fixed point on ``nodes`` from ``x0`` (all four order parameters) by the iteration
     loop: damped Anderson (``accel="anderson"``: per-order-parameter scaling, steps that move an
     order parameter by more than ``MAX_STEP`` or leave q, V not positive definite are replaced
-    by the damped step) or the plain damped iteration (``"none"``).  Returns the loop's result
+    by the damped step) or the plain damped iteration (``"none"``); ``deadline`` (a
+    ``time.perf_counter()`` value) bounds it (status "max_time").  Returns the loop's result
     (its ``fx`` completed with the enforced zeros) and the last prox minimisers (warm starts)."""
     keys = [
         k
@@ -267,6 +270,7 @@ def _solve(
         residual=lambda x, fx: _residual(dict(full, **x), dict(full, **fx), keys),
         callbacks=callbacks,
         keep_history=keep_history,
+        max_time=None if deadline is None else max(deadline - time.perf_counter(), 0.0),
     )
     fx = dict(_enforce(branch, dict(full)), **out.fx) if out.fx else None
     return out, fx, mem
@@ -298,6 +302,7 @@ def fixed_point(
     error: bool = True,
     accel: str = "anderson",
     keep_history: bool = False,
+    max_time: float | None = None,
 ) -> GeneralERMResult:
     """Solve the general state equations (docs/attention.md §10) on one branch.
 
@@ -314,6 +319,9 @@ def fixed_point(
     the iteration; with ``error`` (and n_rep >= 2) each scrambling's own fixed point is re-solved
     from the pooled one and their standard errors are reported in the ``<field>_err`` fields.
     ``keep_history``: per-iteration ``residual`` and ``mixing`` in ``history``.
+    ``max_time``: wall-clock seconds for the whole call (None: unbounded); when spent the
+    iteration stops with status "max_time" (message naming the bound) and the result holds the
+    last iterate, evaluated; error re-solves cut short by it are dropped (metadata says so).
     """
     p = as_params(params)
     alpha = check_positive("alpha (the sample ratio n/d)", alpha)
@@ -342,9 +350,14 @@ def fixed_point(
     for k in ("q", "V"):
         if np.linalg.eigvalsh(0.5 * (x0[k] + x0[k].T)).min() <= 0:
             raise ValueError(f"the initial {k} must be positive definite")
-    kw = dict(mixing=mixing, tol=tol, max_iter=max_iter, accel=accel)
+    if max_time is not None:
+        max_time = check_positive("max_time (seconds)", max_time)
+    deadline = None if max_time is None else time.perf_counter() + max_time
+    kw = dict(mixing=mixing, tol=tol, max_iter=max_iter, accel=accel, deadline=deadline)
     out, Fx, mem = _solve(alpha, p, branch, x0, nodes, keep_history=keep_history, **kw)
     meta = dict(nodes.describe(), tol=tol, guard_hits=int(mem["guard"]), mixing=mixing)
+    if max_time is not None:
+        meta["max_time"] = max_time
     common = dict(
         alpha=alpha,
         omega=p.omega,
@@ -368,19 +381,7 @@ def fixed_point(
     meta.update(newton_fail_fraction=float(chf["bad"]), phi=-eps_t)
     err = {}
     if error and nodes.n_rep >= 2 and status == "converged":
-        err = _error_bars(
-            alpha,
-            p,
-            branch,
-            fin,
-            nodes,
-            warm,
-            meta,
-            mixing=mixing,
-            tol=tol,
-            max_iter=max_iter,
-            accel=accel,
-        )
+        err = _error_bars(alpha, p, branch, fin, nodes, warm, meta, **kw)
     return GeneralERMResult(
         q=fin["q"],
         m=fin["m"],
@@ -401,15 +402,20 @@ def fixed_point(
     )
 
 
-def _error_bars(alpha, p, branch, fin, nodes, warm, meta, *, mixing, tol, max_iter, accel):
+def _error_bars(
+    alpha, p, branch, fin, nodes, warm, meta, *, mixing, tol, max_iter, accel, deadline
+):
     """Standard errors over the scramblings: each one's fixed point re-solved alone from the
     pooled one (to max(tol, 1e-4), far below the QMC error they estimate).  For r > 1 the
     iterate can creep along the O(r) orbit, so a re-solve that stops at max_iter with a
     residual < ERR_RESIDUAL is kept (its residual is recorded in the metadata)."""
     reps = []
     for k in range(nodes.n_rep):
+        if deadline is not None and time.perf_counter() >= deadline:
+            meta["error_message"] = f"max_time spent before the re-solve of scrambling {k}"
+            return {}
         sub = nodes.subset(k)
-        kw = dict(tol=max(tol, 1e-4), max_iter=max_iter)
+        kw = dict(tol=max(tol, 1e-4), max_iter=max_iter, deadline=deadline)
         o, Fk, mk = _solve(
             alpha, p, branch, fin, sub, mixing=mixing, warm=warm[k : k + 1], accel=accel, **kw
         )
