@@ -33,20 +33,29 @@ PACKAGES = ("theory.attention", "theory.ssi", "theory.histogram", "theory.solve"
 
 class Page(HTMLParser):
     """What the checks read from one HTML page: links, images (and whether they sit in a notebook
-    cell's output), element ids, the text of math containers, the scripts loaded, the text."""
+    cell's output), element ids, the text of math containers, the scripts loaded, the text, the
+    ``<pre>`` blocks (text and the highlight language of the block around them) and the prose
+    (text outside code, math, scripts and styles)."""
 
     def __init__(self, path: Path):
         super().__init__()
         self.links, self.images, self.output_images, self.ids = set(), [], [], set()
         self.math, self.scripts, self.text = [], [], []
-        self._stack: list[tuple[str, bool, bool]] = []  # (tag, in cell output, in math)
+        self.pres: list[list[str]] = []  # [text, language ("" when none is given)]
+        self.prose: list[str] = []
+        # (tag, in cell output, in math, highlight language, in pre, in code/script/style)
+        self._stack: list[tuple[str, bool, bool, str, bool, bool]] = []
         self.feed(path.read_text(encoding="utf-8"))
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         classes = (a.get("class") or "").split()
-        in_output = bool(self._stack and self._stack[-1][1]) or "cell_output" in classes
-        in_math = bool(self._stack and self._stack[-1][2]) or "math" in classes
+        top = self._stack[-1] if self._stack else ("", False, False, "", False, False)
+        in_output = top[1] or "cell_output" in classes
+        in_math = top[2] or "math" in classes
+        lang = next((c[len("highlight-") :] for c in classes if c.startswith("highlight-")), top[3])
+        in_pre = top[4] or tag == "pre"
+        in_code = top[5] or tag in ("pre", "code", "script", "style", "kbd", "samp")
         if "id" in a:
             self.ids.add(a["id"])
         if tag == "a" and a.get("href"):
@@ -59,8 +68,10 @@ class Page(HTMLParser):
             self.scripts.append(a["src"])
         if in_math and "math" in classes:
             self.math.append("")
+        if tag == "pre" and not top[4]:
+            self.pres.append(["", lang])
         if tag not in ("img", "br", "hr", "meta", "link", "input"):
-            self._stack.append((tag, in_output, in_math))
+            self._stack.append((tag, in_output, in_math, lang, in_pre, in_code))
 
     def handle_endtag(self, tag):
         while self._stack:
@@ -69,8 +80,13 @@ class Page(HTMLParser):
 
     def handle_data(self, data):
         self.text.append(data)
-        if self._stack and self._stack[-1][2] and self.math:
+        top = self._stack[-1] if self._stack else ("", False, False, "", False, False)
+        if top[2] and self.math:
             self.math[-1] += data
+        if top[4] and self.pres:
+            self.pres[-1][0] += data
+        if not (top[2] or top[5]):
+            self.prose.append(data)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +131,9 @@ def test_notebook_page_shows_the_figures_of_its_execution(html, nb):
     assert page.math, f"{nb}: the notebook's $-math is not rendered"
 
 
-@pytest.mark.parametrize("name", ["histogram", "solver", "findings"])
+@pytest.mark.parametrize(
+    "name", ["histogram", "solver", "findings", "ssi", "attention", "numerics"]
+)
 def test_mathematics_page_has_rendered_equations(html, name):
     # every $$ block of the page's source becomes one MathJax display container, numbered
     # equations keeping their number (\tag)
@@ -130,6 +148,54 @@ def test_mathematics_page_has_rendered_equations(html, name):
         assert math.endswith("\\]") and " ".join(block.split()) in " ".join(math.split())
     tags = re.findall(r"\\tag\{([^}]+)\}", source)
     assert all(any(f"\\tag{{{t}}}" in m for m in display) for t in tags)
+
+
+MATH_PAGES = ("attention", "ssi", "numerics", "solver", "histogram", "findings")
+MATH_PAGES += ("published-vs-computed",)
+# a <pre> is code, not an equation, when its block names a code language (```console, ```python)
+# or one of its lines reads as a command or as Python; an indented block names no language
+CODE_LANGUAGES = {"console", "bash", "shell", "sh", "python", "pycon", "ipython3", "json", "toml"}
+CODE_LINE = re.compile(
+    r"^\s*(\$ |>>> |theory |python |pip |import |from \S+ import |def |class |print\()", re.M
+)
+# a relation sign, or an equation number closing a line: "... (16)", "... (20b)"
+RELATION = re.compile(r"[=<>≤≥≈≠∈∝→←]|\(\d+[a-z]?\)\s*$", re.M)
+
+
+def looks_like_an_equation(text: str, language: str) -> bool:
+    return (
+        language not in CODE_LANGUAGES
+        and not CODE_LINE.search(text)
+        and bool(RELATION.search(text))
+    )
+
+
+def test_the_equation_heuristic_tells_equations_from_code():
+    # the Unicode code blocks the mathematics pages used to have, and code they still have
+    assert looks_like_an_equation("    y = g(z*),     g: R^L → R^k.          (2)", "default")
+    assert looks_like_an_equation("κ = min{ k > 0 : ∇^k R(0, 0) ≠ 0 }.   (25)", "text")
+    assert looks_like_an_equation("SIE 1: ν ~ d,    SIE k ≥ 3: ν ~ d^{k−1}", "default")
+    assert looks_like_an_equation("w ← √d (w − γ ∇ℓ) / || w − γ ∇ℓ ||    (16)", "none")
+    assert not looks_like_an_equation("$ theory sgd boundaries --a 1 --json", "default")
+    assert not looks_like_an_equation("res = ssi.simulate_seeds(model, 1000)", "python")
+    assert not looks_like_an_equation("from theory import ssi\nr = ssi.flatness(m)", "default")
+    assert not looks_like_an_equation("import numpy as np\nx = np.ones(3)", "default")
+
+
+@pytest.mark.parametrize("name", MATH_PAGES)
+def test_mathematics_page_has_math_and_no_equation_in_a_code_block(html, name):
+    # the equations are MathJax math, not Unicode in code blocks; no $-math left unparsed
+    page = Page(html / f"{name}.html")
+    equations = [t for t, lang in page.pres if looks_like_an_equation(t, lang)]
+    assert not equations, f"{name}: {len(equations)} equations in code blocks:\n" + "\n".join(
+        equations
+    )
+    assert any("mathjax" in s.lower() for s in page.scripts), "MathJax is not loaded"
+    assert page.math, f"{name}: no math element"
+    assert all(m.strip().startswith(("\\(", "\\[")) for m in page.math), page.math[:3]
+    prose = "".join(page.prose)
+    unparsed = re.findall(r"\$[^$\s][^$\n]*\$", prose)
+    assert not unparsed, f"{name}: $-math shown as text: {unparsed[:5]}"
 
 
 def _commands(parser: argparse.ArgumentParser):

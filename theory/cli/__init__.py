@@ -16,7 +16,7 @@ from theory import __version__
 from theory.cli._common import Parser, one_line
 
 # order = order in `theory --help`
-COMMANDS = ("sie", "erm", "sgd", "histogram", "overlay", "reproduce", "sweep")
+COMMANDS = ("sie", "erm", "sgd", "histogram", "overlay", "reproduce", "sweep", "docs")
 
 
 def build_parser() -> argparse.ArgumentParser:
