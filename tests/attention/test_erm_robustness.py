@@ -66,3 +66,17 @@ def test_trivial_solve_reports_the_q_zero_point_converged():
     assert r.q == 0 and r.V == pytest.approx(z["V"], rel=1e-6)  # same closed form, other rule
     assert "Q = 0" in r.message
     assert r.iterations < 60
+
+
+@pytest.mark.slow
+def test_cold_trivial_start_at_large_sigma_reaches_the_q_zero_point():
+    # sweep setting 0 (σ = 1.25, non-symmetric A): the default trivial start (q = 0.05,
+    # V = 30/√(1 + α/5)) made λ + σ²V̂ = -0.54 < 0 at the first map (status nan).  Now the
+    # start's V is the Q = 0 point's, and the solve ends there; independent check: the full
+    # state map at q = 1e-9 and that V returns V and shrinks q (μ < 1)
+    r = fixed_point(A_C0, P_C0, "trivial")
+    assert r.status == "converged" and r.branch == "trivial" and r.q == 0
+    assert "start" in r.message and "unstable" in r.message
+    new, *_ = state_map(A_C0, dict(q=1e-9, m=0.0, theta=0.0, V=r.V), P_C0, make_rule("split"))
+    assert new["V"] == pytest.approx(r.V, rel=1e-5)  # O(√q) from the limit, see above
+    assert new["q"] < 1e-9
