@@ -11,6 +11,7 @@ parameters.  A branch that collapses onto the trivial one is stopped early (stat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from theory.attention.state_equations import (
     guard_theta,
     hats_from_channel,
     state_map,
+    zero_point,
 )
 from theory.results import Result
 from theory.rng import RNGLike
@@ -67,6 +69,13 @@ LABEL_TOL = 1e-6
 #: during the iteration, θ/σ² (semantic) or |m| (positional) below this and still decreasing
 #: means the branch collapsed onto the trivial one (status "diverged", message says so)
 COLLAPSE = 2e-2
+#: the trivial solve: q/ρ below this and decreasing (DecayStop) → the Q = 0 point is checked
+Q_ZERO = 1e-7
+Q_ZERO_LABEL = "q decays to 0 on the trivial subspace"
+#: how many halvings of the default start's V :func:`start_point` tries
+START_SCAN = 8
+#: the teacher norm ρ = σ² the overlaps of DEFAULT_INIT are tuned to (σ = 0.5)
+RHO_DEFAULT = 0.25
 #: what :func:`fixed_point` does when its start decays onto the trivial point
 WHEN_ABSENT = ("flow", "stop", "off")
 
@@ -214,6 +223,8 @@ def fixed_point(
             init = init.to_dict()
         for k in ("q", "m", "theta", "V"):
             if k in init and init[k] is not None and np.isfinite(init[k]):
+                if k == "q" and init[k] <= 0:  # a Q = 0 point (zero_point) or an extrapolation
+                    continue  # from one: outside the map's domain q > 0, the default q is kept
                 x0[k] = float(init[k])
     x0 = _enforce(branch, p, x0)
     x0["m"], x0["theta"] = abs(x0["m"]), abs(x0["theta"])
@@ -247,23 +258,49 @@ def fixed_point(
         COLLAPSE,
         f"the {branch} branch collapsed onto the trivial one",
     )
-    out = solve_two_fidelity(
-        make_F(rule),
-        {k: x0[k] for k in keys},
-        cheap=make_F(cheap) if cheap is not rule else None,
-        accel=accel,
-        warm=init is not None,
-        newton_first=branch == "positional",
-        shift=shift,
-        jacobian0=_jac_for(jac_prev, keys),
-        admissible=lambda x: all(v > 0 for k, v in x.items() if k in ("q", "V")),
-        tol=tol,
-        mixing=mixing,
-        max_iter=max_iter,
-        callbacks=(collapse,) if branch != "trivial" and when_absent != "off" else (),
-        keep_history=keep_history,
-    )
+    callbacks = (collapse,) if branch != "trivial" and when_absent != "off" else ()
+    if branch == "trivial":  # q decaying to 0: the Q = 0 point (zero_point), not reached at q > 0
+        callbacks = (DecayStop(lambda fx: fx["q"] / p.rho, Q_ZERO, Q_ZERO_LABEL, window=8),)
+
+    def solve(start):
+        return solve_two_fidelity(
+            make_F(rule),
+            {k: start[k] for k in keys},
+            cheap=make_F(cheap) if cheap is not rule else None,
+            accel=accel,
+            warm=init is not None,
+            newton_first=branch == "positional",
+            shift=shift,
+            jacobian0=_jac_for(jac_prev, keys),
+            admissible=lambda x: all(v > 0 for k, v in x.items() if k in ("q", "V")),
+            tol=tol,
+            mixing=mixing,
+            max_iter=max_iter,
+            callbacks=callbacks,
+            keep_history=keep_history,
+        )
+
+    out = solve(x0)
+    start_note = ""
+    if init is None and out.status == "nan" and "map failed at the start" in (out.message or ""):
+        # the default start (tuned to σ = 0.5) makes λ + σ²V̂ < 0: its V is replaced by one
+        # derived at these parameters (start_point)
+        x1, how = start_point(alpha, p, branch, x0, make_F(cheap), rule)
+        if x1 is not None:
+            x0 = x1
+            out = solve(x0)
+            start_note = (
+                f"start q = {x0['q']:.3g}, V = {x0['V']:.3g} ({how}; the default start's ridge "
+                "step was unstable)"
+            )
+            out = dataclasses.replace(out, iterations=out.iterations + 1)  # the failed map
+    if branch == "trivial" and out.status == "diverged" and Q_ZERO_LABEL in (out.message or ""):
+        z = zero_point(alpha, p, rule)
+        if z["exists"] and z["mu"] < 1:
+            return _zero_result(alpha, p, z, out, rule, tol, start_note)
     res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
+    if start_note:
+        res = dataclasses.replace(res, message="; ".join(x for x in (start_note, res.message) if x))
     if out.status == "diverged" and "collapsed onto the trivial" in (out.message or ""):
         res.metadata["collapsed"] = True
         if when_absent == "flow":
@@ -281,11 +318,77 @@ def fixed_point(
     return res
 
 
+def start_point(alpha, p, branch, x0, F_cheap, rule) -> tuple[dict | None, str]:
+    """A start at which the first map is defined (λ + σ²V̂ > 0), derived at the parameters:
+    the trivial branch's Q = 0 point in closed form (:func:`zero_point`) where it exists;
+    otherwise the default's (q, m, θ) scaled to the teacher norm ρ (DEFAULT_INIT is for
+    ρ = 1/4) and the V equation V = σ²/(λ + σ²V̂(V)) solved approximately there on the cheap
+    rule: V scanned down from the default by factors of 2 (V̂ tends to its small-V limit
+    α E[tr ∇²ℓ(ω)]), the V whose image is closest to itself (in log) kept.
+    Returns (start, how) or (None, reason)."""
+    if branch == "trivial":
+        z = zero_point(alpha, p, rule)
+        if z["exists"]:
+            return dict(x0, V=z["V"]), "the Q = 0 point's V in closed form"
+    # the overlaps of DEFAULT_INIT are for ρ = σ² = 1/4: q and θ scale like ρ, m like √ρ
+    r = max(1.0, p.rho / RHO_DEFAULT)
+    x1 = dict(x0, q=x0["q"] * r, theta=x0["theta"] * r, m=x0["m"] * math.sqrt(r))
+    best = None
+    for k in range(1, START_SCAN + 1):
+        V = x0["V"] * 2.0**-k
+        try:
+            fx, _ = F_cheap(dict(x1, V=V))
+        except (FloatingPointError, ValueError):
+            continue
+        gap = math.log(fx["V"] / V)
+        if best is None or abs(gap) < abs(best[1]):
+            best = (V, gap)
+        if gap > 0:  # the image is above V: further down it only grows (V̂ → its small-V limit)
+            break
+    if best is None:
+        return None, f"no V in [V0/2^{START_SCAN}, V0/2] makes the ridge step stable"
+    how = f"q, m, θ scaled by ρ/ρ_default = {r:.3g}, " if r > 1 else ""
+    how += f"the V equation solved at the start's q, m, θ (image/V = {math.exp(best[1]):.3g})"
+    return dict(x1, V=best[0]), how
+
+
+def _zero_result(alpha, p, z, out, rule, tol, note="") -> ERMResult:
+    """The Q = 0 fixed point (z from :func:`zero_point`) as a converged trivial result."""
+    meta = dict(rule.describe(), tol=tol, q_multiplier=z["mu"], zero_point=True, guard_hits=0)
+    msg = (
+        f"the trivial point is Q = 0 (q → 0 at rate μ = {z['mu']:.4g} per map, reached at "
+        f"q = {out.fx.get('q', math.nan):.2e}; V in closed form, docs/attention.md §6)"
+    )
+    return ERMResult(
+        q=0.0,
+        m=0.0,
+        theta=0.0,
+        V=z["V"],
+        qhat=0.0,
+        mhat=0.0,
+        thetahat=0.0,
+        Vhat=z["Vhat"],
+        eps_t=z["eps_t"],
+        eps_g=z["eps_g"],
+        theta_over_sigma2=0.0,
+        m_over_sigma2=0.0,
+        branch="trivial",
+        init="trivial",
+        iterations=out.iterations,
+        residual=0.0,
+        status="converged",
+        message="; ".join(x for x in (note, msg) if x),
+        alpha=alpha,
+        omega=p.omega,
+        params=p.to_dict(),
+        metadata=meta,
+        history=out.history,
+    )
+
+
 def _absent(alpha, p, branch, kw, **more) -> ERMResult:
     """The start on ``branch`` decayed: where the branch exists (above its spinodal) solve it
     without the early stop, otherwise report the fixed point the iteration flows to."""
-    import dataclasses
-
     from theory.attention.spinodal import spinodal
 
     s = spinodal(p, branch, hint=alpha, rule=kw["rule"])

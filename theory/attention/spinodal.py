@@ -136,6 +136,8 @@ def bifurcation_eigenvalue(
     p = as_params(params)
     get = (lambda k: base[k]) if isinstance(base, Mapping) else (lambda k: getattr(base, k))
     x = dict(q=get("q"), m=get("m"), theta=0.0, V=get("V"))
+    if not x["q"] > 0:  # the Q = 0 point (solver.zero_point): a branch leaves it along q and θ
+        return math.nan  # together (θ² ≤ ρq), not by this one-direction difference
     d = DIRECTION[branch]
     delta = DELTA * math.sqrt((p.rho if d == "theta" else 1.0) * x["q"])
     new, *_ = state_map(alpha, dict(x, **{d: delta}), p, rule)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import numpy as np
+
 from theory.attention import _quadrature_kernels as _Q
 from theory.attention.params import ERMParams, as_params
 from theory.attention.quadrature import Rule, integrate_channel
@@ -27,6 +29,7 @@ __all__ = [
     "overlaps_from_hats",
     "phi_at",
     "state_map",
+    "zero_point",
 ]
 
 
@@ -158,3 +161,95 @@ def state_map(alpha: float, x: dict, p: ERMParams, rule: Rule) -> tuple[dict, di
     ch = channel(q, m, th, V, p, rule)
     h = hats_from_channel(alpha, q, m, th, V, ch, p)
     return overlaps_from_hats(h["qhat"], h["mhat"], h["thetahat"], h["Vhat"], p), ch, h, clipped
+
+
+def _eta_nodes(rule: Rule | None):
+    """2-D η nodes and weights (tensor product of the split rule's 1-D η rule)."""
+    from theory.attention.quadrature import coarse_rule, eta_rule, make_rule
+
+    r = rule if rule is not None and rule.method == "split" else make_rule("split")
+    if r.method != "split":  # pragma: no cover - make_rule("split") is split
+        r = coarse_rule()
+    x, w = eta_rule(r)
+    eta = np.stack([np.repeat(x, x.size), np.tile(x, x.size)], axis=1)
+    return eta, np.outer(w, w).ravel()
+
+
+def zero_point(alpha: float, params: ERMParams | Mapping | None, rule: Rule | None = None) -> dict:
+    """The Q = 0 fixed point of the trivial subspace (q → 0, m = θ = 0) in closed form.
+
+    At Q = 0 the student field is ω = √q ξ → 0 and the loss is quadratic there with zero
+    gradient (∇u_ℓ(0) = 0): ℓ(x) ≈ ℓ(0) + ½ xᵀH₀(t)x, H₀ = (σ²/2)[(½ - t₁)∇²u₁ + (½ - t₂)∇²u₂]
+    (indefinite: det H₀ = -(σ²/2)²(t₁ - t₂)²).  Where x̂(0) = 0 is the prox's global minimiser
+    and I + V H₀ > 0, x̂ = (I + V H₀)⁻¹ω, g = -K ω with K = H₀(I + V H₀)⁻¹, and the state
+    equations (11), (13) reduce to an equation for V alone, over the teacher's η only
+    (h* = √ρ η):
+
+        V̂₀(V) = α E[tr K],     V = σ²/(λ + σ² V̂₀(V)),
+
+    and the linearisation of the q-equation at Q = 0 is q ↦ μ q with μ = α V² E[tr K²]: the
+    Q = 0 point attracts the trivial iteration when μ < 1.  Φ = -α E[ℓ(0)], ε_g = E[ℓ(0)].
+
+    Returns dict(exists, V, Vhat, mu, eps_t, eps_g, message): ``exists`` False (with the
+    reason) when no V > 0 solves the V equation with I + V H₀ > 0 on the η nodes, or when the
+    global prox at ω = 0 is not x̂ = 0 there (weight of such nodes > 1e-9).  The η nodes are
+    those of ``rule``'s split rule (the default's without one).
+    """
+    from theory.attention.channel import sample_loss_hess, teacher_diag
+    from theory.attention.proximal import prox_rows
+
+    p = as_params(params)
+    eta, w = _eta_nodes(rule)
+    keep = w > 1e-14
+    eta, w = eta[keep], w[keep] / w[keep].sum()
+    t = teacher_diag(math.sqrt(p.rho) * eta, p)
+    zeros = np.zeros_like(eta)
+    _, H = sample_loss_hess(zeros, p.s2, t[:, 0], t[:, 1])
+    ev, U = np.linalg.eigh(H)  # H = U diag(ev) Uᵀ: K has eigenvalues ev/(1 + V ev)
+    neg = ev.min()
+    v_max = math.inf if neg >= 0 else -1.0 / neg
+    ell0 = p.s2 * ((0.5 - t[:, 0]) ** 2 + (0.5 - t[:, 1]) ** 2)
+    base = dict(eps_t=float(alpha * (w @ ell0)), eps_g=float(w @ ell0))
+
+    def kern(V):
+        k = ev / (1.0 + V * ev)
+        return float(w @ k.sum(axis=1)), float(w @ (k * k).sum(axis=1))
+
+    def gap(V):  # V (λ + σ² V̂₀(V)) - σ²: -σ² at V = 0, its first zero is the fixed point
+        return V * (p.lam + p.s2 * alpha * kern(V)[0]) - p.s2
+
+    hi = min(v_max * (1 - 1e-9), 1e8 * p.s2 / max(p.lam, 1e-300))
+    grid = np.geomspace(hi * 1e-8, hi, 400)
+    vals = np.array([gap(V) for V in grid])
+    up = np.nonzero((vals[:-1] < 0) & (vals[1:] >= 0))[0]
+    if not up.size:
+        return dict(
+            base,
+            exists=False,
+            V=math.nan,
+            Vhat=math.nan,
+            mu=math.nan,
+            message=(
+                "no Q = 0 fixed point: λ + σ²V̂ stays below σ²/V for every V at which the loss "
+                f"is locally convex enough (V < {v_max:.3g}); the trivial point, if any, has q > 0"
+            ),
+        )
+    from scipy.optimize import brentq
+
+    V = float(brentq(gap, grid[up[0]], grid[up[0] + 1], xtol=1e-14, rtol=1e-13))
+    tr, tr2 = kern(V)
+    Vhat, mu = alpha * tr, alpha * V * V * tr2
+    # x̂(ω = 0) = 0 must be the prox's GLOBAL minimiser at every node (else the prox jumps to a
+    # zero-loss point and q̂ > 0 at q = 0)
+    r = prox_rows(zeros, V, p.s2, t[:, 0], t[:, 1], jac=False)
+    off = float(w @ (np.abs(r.x).max(axis=1) > 1e-7))
+    out = dict(base, V=V, Vhat=float(Vhat), mu=float(mu), exists=off <= 1e-9)
+    if off > 1e-9:
+        out["message"] = (
+            f"no Q = 0 fixed point: at V = {V:.6g} the prox at ω = 0 leaves x = 0 on a weight "
+            f"{off:.2g} of the teacher's fields"
+        )
+    else:
+        stable = "attracting" if mu < 1 else "repelling"
+        out["message"] = f"Q = 0 fixed point at V = {V:.6g}, q-multiplier μ = {mu:.4g} ({stable})"
+    return out
