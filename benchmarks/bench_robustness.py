@@ -239,6 +239,10 @@ def erm_checks(setting: dict, res: dict) -> dict:
     from theory.attention.quadrature import make_rule
     from theory.attention.state_equations import phi_at, state_map
 
+    if res["q"] == 0.0:
+        # the Q = 0 point (theory.attention.state_equations.zero_point, a closed form): the state
+        # map and Φ's central differences are defined for q > 0 only, so neither check applies
+        return dict(q_zero=True)
     q = res["quadrature"]
     rule = make_rule("split", n_r=q["n_r"], n_phi=q["n_phi"], n_arc=q["n_arc"], h=q["h_eta"])
     A = np.array(setting["A"]).reshape(2, 2)
