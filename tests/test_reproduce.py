@@ -369,6 +369,78 @@ def test_a_piece_that_does_not_write_what_it_declares_fails(tmp_path, monkeypatc
     assert o.status == "failed" and "b.png" in o.error and o.ref == "Fig. 0"
 
 
+SLOW2 = SLOW.replace(
+    'FIGURES = {"quick-one": quick_one, "slow-one": slow_one}',
+    textwrap.dedent("""
+        def slow_two(out_dir, quick):
+            (Path(out_dir) / "slow-two-started").write_text("")
+            time.sleep(120)
+            return dict(files=[], numbers=[])
+
+
+        FIGURES = {"quick-one": quick_one, "slow-one": slow_one, "slow-two": slow_two}
+    """),
+)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_signal_stops_a_pool_run_and_its_workers(tmp_path, sig):
+    """``theory reproduce --workers 2`` stopped by SIGTERM (or SIGINT) while both workers run a
+    piece: within seconds no process of its group is left (it used to wait for the running
+    pieces -- 120 s here -- and a worker outlived a second SIGTERM); the finished piece stays
+    cached, and the rerun reuses it and runs the rest."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    name = f"slow_figs_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(SLOW2)
+    out = tmp_path / "figs"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
+    cmd = [sys.executable, "-m", "theory", "reproduce", "--module", name, "--out", str(out)]
+    cmd += ["--no-progress", "--workers", "2"]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    cache = out / rp.CACHE_DIR / rp.CACHE_NAME
+    try:
+        t0 = time.time()
+        while not (
+            (out / "slow-started").exists()
+            and (out / "slow-two-started").exists()
+            and cache.exists()
+            and b"quick-one" in cache.read_bytes()
+        ):
+            assert time.time() - t0 < 120 and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        t_sig = time.time()
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=30)
+        # 10 s: the pieces sleep 120 s, so anything that waits for them fails; a loaded CI
+        # machine needs a few seconds to reap two processes and write SUMMARY.md
+        while True:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.time() - t_sig < 10, "a process of the run outlived it"
+            time.sleep(0.05)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 130, err
+    summary = (out / "SUMMARY.md").read_text()
+    assert "| quick-one | first | 1.5 | instant |" in summary
+    res = subprocess.run(
+        cmd[:-2] + ["--list", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    listed = {r["name"]: r["cached"] for r in json.loads(res.stdout)["figures"]}
+    assert listed == {"quick-one": True, "slow-one": False, "slow-two": False}
+
+
 @pytest.mark.slow
 def test_sigkill_mid_piece_loses_no_finished_seed(tmp_path):
     """SIGKILL a real simulation piece while its seeds run; the rerun keeps every finished

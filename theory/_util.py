@@ -204,3 +204,46 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def _pool_worker_init(parent_pid: int) -> None:
+    """Initializer of :func:`local_pool`'s workers: they die with the parent
+    (:func:`die_with_parent`), SIGTERM kills them at once (a handler inherited from the parent,
+    e.g. ``theory reproduce``'s SIGTERM -> KeyboardInterrupt, would hand the interruption back
+    as the piece's result and keep the worker alive), and SIGINT is the parent's to handle: a
+    Ctrl-C to the terminal's process group stops the parent, which stops the pool
+    (:func:`stop_pool`)."""
+    import signal
+
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def local_pool(workers: int):
+    """A ``concurrent.futures.ProcessPoolExecutor`` of ``workers`` local processes that die
+    with this process (even SIGKILLed) and stop at once on SIGTERM: the one way this package
+    starts a local pool (``theory.sweep``, ``theory.reproduce``, ``simulate_seeds``).  Stop it
+    on an interruption with :func:`stop_pool`."""
+    import concurrent.futures as cf
+
+    return cf.ProcessPoolExecutor(
+        max_workers=workers, initializer=_pool_worker_init, initargs=(os.getpid(),)
+    )
+
+
+def stop_pool(executor, timeout: float = 5.0) -> None:
+    """Stop a :func:`local_pool` now, without waiting for its running calls: cancel what has
+    not started, SIGTERM the workers and reap them (``shutdown(wait=True)`` would wait for every
+    running call: a Ctrl-C or SIGTERM of ``theory reproduce --workers 2`` then hung until the
+    running figures had finished).  What the calls stored before stays stored."""
+    procs = list((getattr(executor, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    executor.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout)

@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from theory import __version__
-from theory._util import atomic_write_text, to_jsonable
+from theory._util import atomic_write_text, local_pool, stop_pool, to_jsonable
 from theory.plotting import Reproduces
 from theory.store import Store
 
@@ -469,7 +469,7 @@ def run_reproduce(
 
         executor, client = dask_executor(scheduler)
     elif todo and executor is None and workers > 1 and len(todo) > 1:
-        executor = own = cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)))
+        executor = own = local_pool(min(workers, len(todo)))
     try:
         if executor is None:
             for k, p in enumerate(todo, 1):
@@ -498,6 +498,11 @@ def run_reproduce(
                     record(p, None, time.perf_counter() - t0s[p.name], exc)
                 else:
                     record(p, raw, dt, None)
+    except BaseException:  # Ctrl-C, SIGTERM (KeyboardInterrupt): stop the workers now
+        if own is not None:
+            stop_pool(own)
+            own = None
+        raise
     finally:
         if own is not None:
             own.shutdown(cancel_futures=True)

@@ -13,8 +13,8 @@ table: an interrupted sweep resumes without losing or redoing points.
 
 Where the points run:
 
-* default: local processes (``concurrent.futures.ProcessPoolExecutor(workers)``); ``workers=1``
-  runs the points one after the other in this process (no pickling, easiest to debug);
+* default: local processes (``theory._util.local_pool(workers)``: they die with this process);
+  ``workers=1`` runs the points one after the other in this process (no pickling, easiest to debug);
 * ``executor=``: any ``concurrent.futures.Executor`` (it is not shut down by ``run_sweep``);
 * ``scheduler="tcp://host:8786"`` (or a ``dask.distributed.Client``): the same sweep on a Dask
   distributed cluster, through ``client.get_executor()``.  Dask is an optional extra:
@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from theory._util import parse_range, to_jsonable
+from theory._util import local_pool, parse_range, stop_pool, to_jsonable
 from theory.store import KEY_COLUMN, ResultTable, point_key, read_table
 
 __all__ = [
@@ -255,9 +255,7 @@ def run_sweep(
         elif executor is None:
             n = workers if workers is not None else (os.cpu_count() or 1)
             n = max(1, min(n, len(todo)))
-            own_executor = executor = (
-                _SerialExecutor() if n == 1 else cf.ProcessPoolExecutor(max_workers=n)
-            )
+            own_executor = executor = _SerialExecutor() if n == 1 else local_pool(n)
 
     def finish(i: int, result) -> None:
         row = dict(points[i])
@@ -312,6 +310,11 @@ def run_sweep(
                         continue
                     finish(i, fut.result())
                 top_up()
+    except BaseException:  # Ctrl-C, SIGTERM: stop the workers now (finished points are stored)
+        if own_executor is not None and not isinstance(own_executor, _SerialExecutor):
+            stop_pool(own_executor)
+            own_executor = None
+        raise
     finally:
         if bar is not None:
             bar.close()

@@ -95,3 +95,45 @@ def test_errors_exit_2(capsys):
     assert main(["sgd", "phase-diagram", "--a-range", "1:0.7"]) == 2
     err = capsys.readouterr().err
     assert "error" in err
+
+
+TIED = ["--target", "z1", "--model", "tied", "--activation", "linear"]
+#: one cheap call per SSI subcommand with --json (the robustness sweep found answers without a
+#: `status`); a new subcommand without an entry here fails test_every_ssi_subcommand_is_listed
+SSI_JSON_CALLS = {
+    "sie": ["sie", "He2(z1)+z1*z2"],
+    "sgd ode": ["sgd", "ode", *TIED, "--lr", "0.05", "--d", "100"],
+    "sgd flatness": ["sgd", "flatness", "--target", "He2(z1)+He2(z2)", "--L", "2"],
+    "sgd boundaries": ["sgd", "boundaries", "--a", "0.9"],
+    "sgd phase-diagram": ["sgd", "phase-diagram", "--grid", "3"],
+    "sgd classify": ["sgd", "classify", "--omega", "0.8", "--A", "0.95,0.05,0.3,0.7"],
+    "sgd simulate": ["sgd", "simulate", *TIED, "--lr", "0.05", "--d", "100", "--seeds", "2"]
+    + ["--reduced", "--steps", "200", "--workers", "1"],
+    "sgd gain": ["sgd", "gain", "--target", "sum_he2", "--Ls", "3", "--no-ode"],
+}
+
+
+def test_every_ssi_subcommand_is_listed():
+    import argparse
+
+    from theory.cli import build_parser
+
+    def leaves(p, pre):
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    yield from (
+                        leaves(sp, [*pre, name])
+                        if any(isinstance(x, argparse._SubParsersAction) for x in sp._actions)
+                        else [" ".join([*pre, name])]
+                    )
+
+    ssi_commands = {c for c in leaves(build_parser(), []) if c == "sie" or c.startswith("sgd ")}
+    assert ssi_commands == set(SSI_JSON_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(SSI_JSON_CALLS))
+def test_every_ssi_json_answer_has_status_and_message(capsys, name):
+    d = _json(capsys, [*SSI_JSON_CALLS[name], "--json"])
+    assert isinstance(d.get("status"), str) and d["status"], d.get("status")
+    assert isinstance(d.get("message"), str)

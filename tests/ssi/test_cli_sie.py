@@ -117,3 +117,23 @@ def test_help():
     with pytest.raises(SystemExit) as exc:
         main(["sie", "--help"])
     assert exc.value.code == 0
+
+
+def test_large_leading_tensor_is_sent_sparse(capsys):
+    """Setting 9 of the robustness sweep's SSI stream: an L = 7 target of SIE 6 wrote its
+    7^6-entry C_6 in full (600 kB of JSON, which the sweep's 200 kB capture cut: no `status`).
+    At L = 5 (5^6 = 15625 entries > 4096) the dense tensor is left out, with a message, and the
+    one non-zero entry (up to permutation) is the closed form a_alpha alpha!/k!
+    (C_k = E[g H_k]/k!, g = a He_alpha) = 0.646 * 2! 1! 3! / 6!."""
+    d = run_json(capsys, "0.646*He3(z5)*He1(z4)*He2(z1)", "--L", "5")
+    assert d["sie"] == 6 and d["status"] == "ok" and d["leading_tensor"] is None
+    assert "leading_tensor_nonzero" in d["message"]
+    (idx, value), *rest = d["leading_tensor_nonzero"]
+    assert rest == [] and idx == [0, 0, 3, 4, 4, 4]
+    assert value == pytest.approx(0.646 * 2 * 1 * 6 / 720, rel=1e-12)  # exact up to float
+
+
+def test_small_leading_tensor_stays_dense_with_its_nonzero_entries(capsys):
+    d = run_json(capsys, "He2(z1)+He2(z2)")
+    assert d["leading_tensor"] == [[1.0, 0.0], [0.0, 1.0]]
+    assert d["leading_tensor_nonzero"] == [[[0, 0], 1.0], [[1, 1], 1.0]]

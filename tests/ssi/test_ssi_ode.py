@@ -211,3 +211,57 @@ def test_trajectory_never_leaves_the_ball(model):
     assert np.all(norms <= 1.0) and np.all(res.m <= 1.0) and res.final_m <= 1.0
     if isinstance(model, ssi.TiedNetwork):
         assert res.final_m == pytest.approx(1.0, abs=1e-8)
+
+
+class _FullJacobianTrace(ssi.AttentionModel):
+    """The trace-reduced attention student through the full (N, L, L, L) Jacobian: the route the
+    ODE took before the O(N L^2) kernel ``attention_trace_jac``."""
+
+    def student(self, z):
+        A, dA = attention_jac(z)
+        L = z.shape[1]
+        idx = np.arange(L)
+        return A[:, idx, idx].sum(axis=1)[:, None], dA[:, idx, idx, :].sum(axis=1)[:, :, None]
+
+
+def test_trace_kernel_keeps_the_ode_of_the_full_jacobian():
+    """The L = 3 ODE (orthonormal encoding) with the fast trace kernel against the same ODE
+    through the full Jacobian (the previous route): the right-hand sides differ by roundoff
+    only, so the trajectories agree to the integrator's tolerance (rtol 1e-8; 1e-6 leaves room
+    for a different adaptive step).  8^3 student nodes keep it fast: the two routes share them,
+    whatever their number."""
+    target = "He2(z1)+0.5*z2*z3"
+    kw = dict(L=3, pe="orthonormal", reduction="trace", n_student=8)
+    fast = ssi.integrate_ode(ssi.AttentionModel(target, **kw), lr=0.05, d=1000)
+    ref = ssi.integrate_ode(_FullJacobianTrace(target, **kw), lr=0.05, d=1000)
+    assert fast.status == ref.status
+    assert fast.t_escape == pytest.approx(ref.t_escape, rel=1e-6)
+    assert fast.final_m == pytest.approx(ref.final_m, rel=1e-6, abs=1e-9)
+    np.testing.assert_allclose(fast.risk, ref.risk, rtol=1e-6)
+    np.testing.assert_allclose(fast.e, ref.e, rtol=1e-6, atol=1e-9)
+
+
+def test_l8_right_hand_side_never_builds_the_full_jacobian():
+    """The L = 8 ODE of the robustness sweep (-0.077 He1(z6) He4(z4) - 0.498 He1(z6) He2(z7) -
+    0.629 He3(z3), orthonormal encoding, gamma = 0.12) ran > 120 s CPU: every right-hand side
+    built the (N, L, L, L) Jacobian on 2^15 QMC nodes, 134 MB (~1.3 s).  Deterministic proxy of
+    that cost: the peak memory of one right-hand side, now O(N L^2) (a few 16 MB arrays)."""
+    import tracemalloc
+
+    from theory.ssi.ode import rhs
+
+    target = "-0.077*He1(z6)*He4(z4)-0.498*He1(z6)*He2(z7)-0.629*He3(z3)"
+    model = ssi.AttentionModel(target, L=8, pe="orthonormal", reduction="trace")
+    y = np.full(9, 0.02)
+    rhs(model, y, 0.12)  # builds the nodes and the Hermite tables once
+    y[0] = 0.03
+    tracemalloc.start()
+    try:
+        dy = rhs(model, y, 0.12)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.all(np.isfinite(dy))
+    # measured: 558 MB through the full Jacobian (2^15 * 8^4 * 8 bytes = 134 MB per array),
+    # 27 MB with the trace kernel (its temporaries are (N, L, L) arrays of 16.8 MB)
+    assert peak < 80e6, peak

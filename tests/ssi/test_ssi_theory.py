@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from theory import ssi
-from theory.ssi._kernels import attention_jac, attention_scores
+from theory.ssi._kernels import attention_jac, attention_scores, attention_trace_jac
 from theory.ssi.targets import positional_weight
 
 SQ2PI = math.sqrt(2 * math.pi)
@@ -25,6 +25,28 @@ def test_attention_jacobian_matches_finite_differences():
         fd = (attention_scores(zp) - attention_scores(zm)) / (2 * h)
         # central difference error O(h^2 * third derivative) + roundoff 1e-16/h
         assert np.allclose(fd, dA[..., l], atol=1e-8)
+
+
+@pytest.mark.parametrize("L", [1, 2, 5, 8])
+def test_trace_attention_kernel_matches_finite_differences_and_the_full_jacobian(L):
+    """The O(N L^2) trace kernel (what made the L = 7-8 ODE of the robustness sweep 10x
+    cheaper) against central differences of Tr softmax(z z^T) and the full (N, L, L, L)
+    Jacobian's diagonal."""
+    z = np.random.default_rng(L).standard_normal((7, L)) * 1.5
+    f, df = attention_trace_jac(z)
+    A, dA = attention_jac(z)
+    idx = np.arange(L)
+    assert np.allclose(f, np.trace(attention_scores(z), axis1=1, axis2=2), rtol=1e-14)
+    # the same quantity through the full Jacobian: equal up to summation-order roundoff
+    assert np.allclose(df, dA[:, idx, idx, :].sum(axis=1), rtol=1e-12, atol=1e-14)
+    h = 1e-6
+    for l in range(L):
+        zp, zm = z.copy(), z.copy()
+        zp[:, l] += h
+        zm[:, l] -= h
+        tr = lambda x: np.trace(attention_scores(x), axis1=1, axis2=2)
+        # central difference error O(h^2 * third derivative) + roundoff 1e-16/h
+        assert np.allclose((tr(zp) - tr(zm)) / (2 * h), df[:, l], atol=1e-8)
 
 
 def test_linear_tied_network_closed_form():

@@ -480,6 +480,8 @@ def _flatness(args):
         engine=res.engine,
         coordinates=res.coordinates,
         model=repr(model),
+        status=res.status,
+        message=res.message,
     )
     text = (
         f"{model!r}\nflatness index kappa = {res.kappa}\nHessian at (e, m) = 0 in "
@@ -588,6 +590,9 @@ def _classify(args):
         payload.update(R_semantic=r.R_semantic, R_positional=r.R_positional, message=r.message)
     reg = payload["region"]
     payload["region_name"] = ssi.REGIONS[reg] if reg >= 0 else "neither candidate is a minimum"
+    payload["status"] = r.status  # the result's: every JSON answer carries status and message
+    if r.message and r.message not in payload["message"]:
+        payload["message"] = f"{payload['message']}; {r.message}"
     emit(args, payload)
     return 0
 
@@ -660,6 +665,8 @@ def _phase(args):
         "omega_range": [w0, w1],
         "counts": counts,
         "nodes": args.nodes,
+        "status": pdg.status,
+        "message": pdg.message,
     }
     if B is not None:
         payload["B"] = np.asarray(B).tolist()
@@ -694,6 +701,18 @@ def _phase(args):
     return 0
 
 
+def _seeds_status(res) -> dict:
+    """status (the worst over the seeds: nan, diverged, max_iter, then the first seed's),
+    message (the count of each status and the first message of a seed with the worst one) and
+    status_per_seed of several runs: one JSON answer, one status."""
+    statuses = [r.status for r in res]
+    worst = next((s for s in ("nan", "diverged", "max_iter") if s in statuses), statuses[0])
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+    first = next(r.message for r in res if r.status == worst)
+    message = f"{len(res)} seed(s): {counts}" + (f"; {first}" if first else "")
+    return dict(status=worst, message=message, status_per_seed=statuses)
+
+
 def _simulate(args):
     from theory.ssi import seeds_from, simulate_seeds
 
@@ -726,6 +745,7 @@ def _simulate(args):
         sem_steps_escape=float(np.std(ok, ddof=1) / math.sqrt(len(ok))) if len(ok) > 1 else None,
         fraction_positional=float(np.mean([k == "positional" for k in kinds])),
         fraction_semantic=float(np.mean([k == "semantic" for k in kinds])),
+        **_seeds_status(res),
     )
     _write_out(args, res, payload)
     text = (
@@ -789,6 +809,8 @@ def _gain(args):
         **_activation_fields(TiedNetwork("z1", 1, activation=args.activation)),
         ode_start=args.ode_start,
         rows=rows,
+        status=curve.status,
+        message=curve.message,
     )
 
     def fmt(v):

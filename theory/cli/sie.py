@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
+
 from theory.cli._common import add_json, emit
+
+#: entries of C_SIE written out in full in --json; above, only ``leading_tensor_nonzero`` (an
+#: L = 7 target of SIE 6 has 7^6 = 117649 entries, 600 kB of JSON, almost all zeros)
+MAX_DENSE_ENTRIES = 4096
 
 JSON_FIELDS = (
     "expr",
     "L",
     "sie",
     "leading_tensor",
+    "leading_tensor_nonzero",
     "tied_contraction",
     "op_norm",
     "op_norm_exact",
@@ -44,7 +53,9 @@ def register(subparsers) -> None:
         "step sizes), the predictions of this package's ODE (the same numbers as theory sgd "
         "gain); beside them the published formulas gain_optimal_published = r^2 (x L if SIE = "
         "1), which assumes equal SGD noise in both networks, and gain_equal_published = |r| (x "
-        "sqrt(L) if SIE = 1).  Why they differ: docs/findings.md §6.",
+        "sqrt(L) if SIE = 1).  Why they differ: docs/findings.md §6.  --json gives C_SIE in full "
+        f"(leading_tensor) up to {MAX_DENSE_ENTRIES} entries and always its non-zero entries "
+        "(leading_tensor_nonzero: [[i_1 <= ... <= i_k], value], 0-based).",
         epilog="Examples: theory sie 'He2(z1)+He2(z2)';  theory sie 'z1-z2' --json;  "
         "theory sie 'relu(z1)+relu(z2)' --L 3;  theory sie 'softmax(1, z1*z1, z1*z2)'. "
         "Functions: He<k>(x), exp, log, sqrt, sin, cos, tanh, erf, abs, sign, relu, Max, Min, "
@@ -82,6 +93,30 @@ def handler(args) -> int:
 
     rep = analyze(args.expr, L=args.L, max_order=args.max_order, tol=args.tol)
     d = rep.to_dict()
+    d["leading_tensor_nonzero"] = nonzero_entries(rep.leading_tensor)
+    C = rep.leading_tensor
+    if C is not None and np.size(C) > MAX_DENSE_ENTRIES:
+        d["leading_tensor"] = None
+        note = (
+            f"leading_tensor omitted from the JSON ({np.size(C)} entries > "
+            f"{MAX_DENSE_ENTRIES}): its non-zero entries are in leading_tensor_nonzero"
+        )
+        d["message"] = f"{d['message']}; {note}" if d.get("message") else note
     payload = {k: d.get(k) for k in JSON_FIELDS}
     emit(args, payload, rep.summary())
     return 0
+
+
+def nonzero_entries(C) -> list | None:
+    """The non-zero entries of the symmetric tensor C as [[i_1, ..., i_k], value] with
+    i_1 <= ... <= i_k (0-based; every permutation of the indices has the same value)."""
+    if C is None:
+        return None
+    C = np.asarray(C, dtype=float)
+    if C.ndim == 0:
+        return [[[], float(C)]] if C != 0 else []
+    out = []
+    for idx in zip(*np.nonzero(C)):
+        if all(a <= b for a, b in itertools.pairwise(idx)):
+            out.append([[int(i) for i in idx], float(C[idx])])
+    return out

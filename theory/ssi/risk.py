@@ -46,6 +46,7 @@ from theory.ssi._kernels import (
     ACTIVATIONS,
     activation_key,
     attention_jac,
+    attention_trace_jac,
     he_multi,
     he_table,
     written_activation,
@@ -545,16 +546,14 @@ class AttentionModel(SSIModel):
         ) | ({"pe_target": self.a_pe.tolist()} if np.any(self.a_pe) else {})
 
     def student(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        A, dA = attention_jac(z)
         N, L = z.shape
-        if self.reduction == "identity":
-            return A.reshape(N, -1), np.moveaxis(dA, 3, 1).reshape(N, L, -1)
         if self.reduction == "trace":
             c = 1.0 if self.trace_norm == "sum" else 1.0 / math.sqrt(L)
-            idx = np.arange(L)
-            f = c * A[:, idx, idx].sum(axis=1)
-            df = c * dA[:, idx, idx, :].sum(axis=1)
-            return f[:, None], df[:, :, None]
+            f, df = attention_trace_jac(z)  # O(N L^2): no (N, L, L, L) derivative
+            return c * f[:, None], c * df[:, :, None]
+        A, dA = attention_jac(z)
+        if self.reduction == "identity":
+            return A.reshape(N, -1), np.moveaxis(dA, 3, 1).reshape(N, L, -1)
         a, b = self.proj
         f = np.einsum("i,nij,j->n", a, A, b)
         df = np.einsum("i,nijl,j->nl", a, dA, b)

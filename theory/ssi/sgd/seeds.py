@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from theory._util import check_int, die_with_parent
+from theory._util import check_int, local_pool, stop_pool
 from theory.rng import as_rng, seed_int
 from theory.ssi.risk import SSIModel
 from theory.ssi.sgd.driver import SGDResult, check_run
@@ -139,11 +139,15 @@ def simulate_seeds(
                 _store(*_job((model, d, lr, s, reduced, kwargs)))
         else:
             # the workers die with this process, even when it is SIGKILLed
-            pool = dict(initializer=die_with_parent, initargs=(os.getpid(),))
-            with ProcessPoolExecutor(max_workers=workers, **pool) as ex:
+            ex = local_pool(workers)
+            try:
                 futs = [ex.submit(_job, (model, d, lr, s, reduced, kwargs)) for s in todo]
                 for f in as_completed(futs):
                     _store(*f.result())
+            except BaseException:  # Ctrl-C, SIGTERM: stop now; finished seeds are stored
+                stop_pool(ex)
+                raise
+            ex.shutdown()
     finally:
         bar.close()
     return [results[s] for s in seeds]
