@@ -67,7 +67,7 @@ def kernel(quick: bool = True):
                 os.environ["JUPYTER_PATH"] = saved
 
 
-def execute(path: Path, kernel_name: str, timeout: int = 900):
+def execute(path: Path, kernel_name: str, timeout: int = 3600):
     """The notebook at ``path`` executed from a scratch folder, then normalised."""
     import nbformat
     from nbclient import NotebookClient
