@@ -44,9 +44,12 @@ source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
 
-# MyST-NB: execute every notebook at build time; a failing cell fails the build
+# MyST-NB: execute every notebook at build time (the pages show this execution, not the outputs
+# committed with the notebooks, which tests/test_notebooks.py keeps equal to a fresh one); a
+# failing cell fails the build.  The timeout is per cell: on a busy 2-core machine one cell of
+# the ERM notebook took more than 300 s
 nb_execution_mode = "force"
-nb_execution_timeout = 300
+nb_execution_timeout = 900
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
