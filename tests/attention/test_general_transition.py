@@ -91,20 +91,23 @@ def test_transition_out_of_time_is_reported():
 # --------------------------------------------------------------------------- time bound
 
 
-def _cpu(f):
-    c0 = time.process_time()
+def _wall(f):
+    # max_time bounds the WALL time (time.perf_counter): measure that, and the slack, in wall
+    # seconds; process CPU time counts every thread (numba, BLAS) and on an idle 2-core machine
+    # runs up to twice the wall (CI: 7.0 CPU s for a 4 s bound)
+    c0 = time.perf_counter()
     out = f()
-    return out, time.process_time() - c0
+    return out, time.perf_counter() - c0
 
 
 L3 = pg.GeneralParams(L=3, omega=0.3)
 
 
 def _one_map_cost(n, n_rep):
-    """CPU seconds of a fixed point stopped after one map evaluation (= one map, the final
+    """Wall seconds of a fixed point stopped after one map evaluation (= one map, the final
     evaluation at the last iterate, setup): the most a time bound can overrun by."""
     kw = dict(n=n, n_rep=n_rep, error=False, max_iter=1)
-    _, c = _cpu(lambda: pg.fixed_point(0.7, L3, "semantic", **kw))
+    _, c = _wall(lambda: pg.fixed_point(0.7, L3, "semantic", **kw))
     return c
 
 
@@ -112,11 +115,11 @@ def test_fixed_point_max_time_stops_inside_the_solve_and_keeps_the_last_iterate(
     slack = _one_map_cost(512, 2) + 1.0
     # tol 1e-14 is below the frozen-node roughness: without the bound this runs to max_iter
     kw = dict(n=512, n_rep=2, tol=1e-14, max_iter=10_000, max_time=3.0)
-    r, cpu = _cpu(lambda: pg.fixed_point(0.7, L3, "semantic", **kw))
+    r, wall = _wall(lambda: pg.fixed_point(0.7, L3, "semantic", **kw))
     assert r.status == "max_time" and "max_time = 3 s exceeded" in r.message
-    # the CPU time is at most the wall time: the bound (3 s) plus one map in flight and the
-    # final evaluation of the last iterate (``slack``, measured above)
-    assert cpu < 3.0 + slack, (cpu, slack)
+    # the wall time is the bound (3 s) plus at most one map in flight and the final evaluation
+    # of the last iterate (``slack``, measured above under the same load)
+    assert wall < 3.0 + slack, (wall, slack)
     # the last iterate is kept and evaluated: a semantic state with finite ε_t
     assert 1 <= r.iterations < 10_000 and r.theta_s > 0 and math.isfinite(r.eps_t)
     assert r.eps_t_err is None  # no error re-solves after the bound
@@ -126,14 +129,14 @@ def test_transition_max_time_holds_inside_a_fixed_point_at_L3():
     # every fixed point is made endless (tol 1e-14): only the bound inside the iteration
     # loop can stop the search, within the first fixed point
     n, n_rep, bn = 256, 2, 2**10
-    _, c_base = _cpu(lambda: pg.linear_baseline(L3, n=bn))
+    _, c_base = _wall(lambda: pg.linear_baseline(L3, n=bn))
     slack = c_base + _one_map_cost(n, n_rep) + 1.0
     kw = dict(n=n, n_rep=n_rep, baseline_n=bn, rs=False, tol=1e-14, max_iter=10_000)
-    r, cpu = _cpu(lambda: pg.transition(L3, hint=0.7, max_time=4.0, **kw))
+    r, wall = _wall(lambda: pg.transition(L3, hint=0.7, max_time=4.0, **kw))
     assert r.status == "max_time" and "max_time = 4 s exceeded" in r.message, r.message
     assert "before Δε_t was computed" in r.message and r.alpha_c_bracket == ()
-    assert cpu < 4.0 + slack, (cpu, slack)
-    assert r.metadata["cpu_time_s"] <= cpu and r.metadata["solved"] == 0
+    assert wall < 4.0 + slack, (wall, slack)
+    assert r.metadata["cpu_time_s"] > 0 and r.metadata["solved"] == 0
 
 
 # --------------------------------------------------------------------------- RS check
