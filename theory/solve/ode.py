@@ -22,9 +22,13 @@ class LogTimeSolution:
     t_event: float | None
     t_final: float
     y_final: np.ndarray
-    status: str  # "converged" | "max_iter" | "nan"
+    status: str  # "converged" | "max_iter" (also: the integrator could not go on) | "nan"
     message: str
     n_rhs: int
+
+
+def _name(method) -> str:
+    return method if isinstance(method, str) else getattr(method, "__name__", str(method))
 
 
 def integrate_log_time(
@@ -42,6 +46,7 @@ def integrate_log_time(
     t_chunk0: float | None = None,
     t_cap: float = 1e15,
     project=None,
+    fallback=("Radau",),
 ) -> LogTimeSolution:
     """Integrate from t = 0 with log-spaced output.
 
@@ -60,6 +65,10 @@ def integrate_log_time(
         itself continues from the unprojected state: restarting a chunk from the projected one
         seeded an inward drift of 5e-4 on the γ = 0 sphere (tests/ssi/test_ssi_ode.py), where
         the unprojected error stays at 1e-6.
+    fallback : solvers (``solve_ivp`` methods) that retry a chunk ``method`` failed on, from
+        its last good state.  If they fail too, at a finite state, the result stops there:
+        "converged" if ``stop`` holds at it, else "max_iter" with the solver's message; "nan"
+        only for a state that became non-finite.
     """
     proj = (lambda v: v) if project is None else project
     y0 = np.asarray(y0, dtype=float)
@@ -90,13 +99,39 @@ def integrate_log_time(
     t_end = t_chunk0 if t_chunk0 is not None else max(t_first * 1e3, 1e-2)
     if t_max is not None:
         t_end = min(t_end, t_max)
-    while True:
-        sol = solve_ivp(
-            f, (t0, t_end), y, method=method, rtol=rtol, atol=atol, dense_output=True, events=events
+
+    def chunk(t_a, t_b, y_a, how):
+        return solve_ivp(
+            f, (t_a, t_b), y_a, method=how, rtol=rtol, atol=atol, dense_output=True, events=events
         )
+
+    while True:
+        sol = chunk(t0, t_end, y, method)
+        tried = [_name(method)]
+        for how in fallback:  # the chunk again, from the last good state, with a stiff solver
+            if sol.success and np.all(np.isfinite(sol.y[:, -1])):
+                break
+            if sol.t[-1] > t0 and np.all(np.isfinite(sol.y[:, -1])):
+                pieces.append(sol)  # keep the part that was integrated
+                t0, y = float(sol.t[-1]), sol.y[:, -1].copy()
+            sol = chunk(t0, t_end, y, how)
+            tried.append(_name(how))
         if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
-            status, message = "nan", f"solve_ivp failed at t = {sol.t[-1]:.3g}: {sol.message}"
+            finite = np.all(np.isfinite(sol.y[:, -1]))
             pieces.append(sol)
+            where = f"at t = {sol.t[-1]:.3g} ({', '.join(tried)}): {sol.message}"
+            if not finite:
+                status, message = "nan", f"the state became non-finite {where}"
+            else:
+                # a finite state the integrators could not continue from: not a number to
+                # distrust, but not a converged one either, unless it is stationary there
+                t0, y = float(sol.t[-1]), sol.y[:, -1].copy()
+                if stop is not None and stop(t0, y, fun(t0, y), t_event is not None):
+                    status, message = "converged", f"stationary at t = {t0:.3g}"
+                else:
+                    status = "max_iter"
+                    message = f"the integrator could not continue {where}; state finite"
+                break
             t0 = sol.t[-1]
             y = sol.y[:, -1]
             break
