@@ -153,6 +153,25 @@ def test_a_map_that_always_fails_gives_status_nan():
         assert r.status == "nan"
 
 
+@pytest.mark.parametrize(
+    "strategy", [Damped(0.5), Anderson(0.5), QuasiNewton()], ids=["damped", "anderson", "newton"]
+)
+def test_a_map_undefined_at_the_start_says_so_whatever_the_strategy(strategy):
+    # the ERM solver restarts a cold start from a derived one on "map failed at the start"
+    # (solver.start_point); before, only QuasiNewton said so, and the cold semantic and trivial
+    # starts (Anderson) ended in a bare "nan".  A failure after a good point does not say it.
+    def F(x):
+        if x["q"] > 1.5:
+            raise FloatingPointError("the ridge step is unstable")
+        return dict(q=0.5 * x["q"] + 0.5), None
+
+    r = iterate(F, dict(q=2.0), strategy=strategy, max_iter=20)
+    assert r.status == "nan" and r.message.startswith("map failed at the start")
+    assert "ridge step" in r.message
+    r = iterate(F, dict(q=1.0), strategy=strategy, tol=1e-9, max_iter=50)
+    assert r.status == "converged" and r.x["q"] == pytest.approx(1.0, rel=1e-8)
+
+
 def test_array_states_are_judged_per_order_parameter():
     # a state with a matrix and a vector: the contraction x -> x* + 0.5 (x - x*) per entry
     qs, ms = np.array([[2.0, 0.5], [0.5, 1.0]]), np.array([0.3, -0.3, 0.1])
