@@ -301,3 +301,28 @@ def test_extrapolate_matrix_order_parameters_entry_by_entry():
     np.testing.assert_allclose(out, [[2.0, 0.1], [0.1, 3.0]], atol=1e-14)
     # a scalar keeps the scalar rule
     assert extrapolate([dict(v=1.0), dict(v=2.0)], [0.0, 1.0], 2.0, ["v"])["v"] == 3.0
+
+
+def test_a_stalled_cold_anderson_stage_hands_over_to_newton():
+    # a map whose damped step (mixing 0.5) has slope exactly -1 in q (F's slope -3): the
+    # damped iteration cycles with a residual ~1, never below the 5e-2 where Anderson engages,
+    # so a cold two-fidelity solve spends its whole Anderson budget on the cheap map (as the
+    # cold semantic starts at small α did in the robustness sweep) before the accurate stage
+    # solves it.  With newton_after the cheap stage hands over to quasi-Newton after 20 maps
+    xs, jac = np.array([0.4, 3.0]), np.array([[-3.0, 0.2], [0.1, 0.5]])
+
+    def lin(x0, J):
+        def F(x):
+            y = (np.array([x["q"], x["V"]]) - x0) / x0
+            return dict(zip(("q", "V"), x0 * (1 + J @ y + 0.1 * y**2))), None
+
+        return F
+
+    kw = dict(cheap=lin(xs * (1 + 2e-3), 1.02 * jac), tol=1e-10, max_iter=80)
+    start = dict(q=0.6, V=3.3)
+    stuck = solve_two_fidelity(lin(xs, jac), start, **kw)
+    assert stuck.iterations > 80 and "newton_after" not in stuck.metadata
+    r = solve_two_fidelity(lin(xs, jac), start, newton_after=20, **kw)
+    assert r.status == "converged", r.message
+    assert np.allclose([r.x["q"], r.x["V"]], xs, rtol=1e-9)
+    assert r.metadata["newton_after"] == 20 and r.iterations < 45
