@@ -80,3 +80,50 @@ def test_cold_trivial_start_at_large_sigma_reaches_the_q_zero_point():
     new, *_ = state_map(A_C0, dict(q=1e-9, m=0.0, theta=0.0, V=r.V), P_C0, make_rule("split"))
     assert new["V"] == pytest.approx(r.V, rel=1e-5)  # O(√q) from the limit, see above
     assert new["q"] < 1e-9
+
+
+#: setting 27 of the sweep (seed 0): A_11 ≠ A_22, σ = 1.04, α = 9.1; the positional start
+#: decays onto the trivial subspace, whose default cold start makes λ + σ²V̂ = -1.06 < 0
+P_S27 = ERMParams(
+    omega=0.6340699793474432,
+    sigma=1.0434862182178208,
+    lam=0.0004509970122479893,
+    A=[[0.9141940991814622, 0.08580590081853776], [0.3729798141646262, 0.6270201858353737]],
+)
+A_S27 = 9.115510632043847
+
+
+def test_absent_branch_solves_the_trivial_point_from_where_the_flow_got_to(monkeypatch):
+    # the logic of solver._absent, the maps replaced (no spinodal for a non-symmetric A's
+    # positional branch, so no map is evaluated here): the trivial solve starts from the point
+    # the collapsed iteration reached, then cold; a trivial solve that fails gives a status
+    # that says why, never a bare "nan" (sweep settings 26, 27: positional "nan")
+    from theory.attention import solver
+    from theory.attention.quadrature import coarse_rule
+
+    calls = []
+
+    def fake(alpha, p, branch, init=None, **kw):
+        calls.append((branch, init, kw.get("when_absent")))
+        return solver.ERMResult(alpha=alpha, omega=p.omega, status="nan", message="map failed")
+
+    monkeypatch.setattr(solver, "fixed_point", fake)
+    kw = dict(mixing=0.5, tol=1e-6, max_iter=300, rule=coarse_rule(), accel="newton")
+    flow = dict(q=0.3, m=0.0, theta=0.0, V=2.0)
+    r = solver._absent(A_S27, P_S27, "positional", kw, flow)
+    assert [c[0] for c in calls] == ["trivial", "trivial"]
+    assert calls[0][1] == flow and calls[1][1] is None  # warm from the flow, then cold
+    assert r.status == "diverged" and r.init == "positional"
+    assert "does not exist" in r.message and "not found either (nan: map failed)" in r.message
+
+    def fake_ok(alpha, p, branch, init=None, **kw):
+        calls.append((branch, init))
+        return solver.ERMResult(
+            alpha=alpha, omega=p.omega, status="converged", branch="trivial", q=init["q"]
+        )
+
+    calls.clear()
+    monkeypatch.setattr(solver, "fixed_point", fake_ok)
+    r = solver._absent(A_S27, P_S27, "positional", kw, flow)
+    assert len(calls) == 1 and r.converged and r.branch == "trivial" and r.q == 0.3
+    assert r.init == "positional" and "flows to the trivial fixed point" in r.message

@@ -153,6 +153,25 @@ def test_a_map_that_always_fails_gives_status_nan():
         assert r.status == "nan"
 
 
+@pytest.mark.parametrize(
+    "strategy", [Damped(0.5), Anderson(0.5), QuasiNewton()], ids=["damped", "anderson", "newton"]
+)
+def test_a_map_undefined_at_the_start_says_so_whatever_the_strategy(strategy):
+    # the ERM solver restarts a cold start from a derived one on "map failed at the start"
+    # (solver.start_point); before, only QuasiNewton said so, and the cold semantic and trivial
+    # starts (Anderson) ended in a bare "nan".  A failure after a good point does not say it.
+    def F(x):
+        if x["q"] > 1.5:
+            raise FloatingPointError("the ridge step is unstable")
+        return dict(q=0.5 * x["q"] + 0.5), None
+
+    r = iterate(F, dict(q=2.0), strategy=strategy, max_iter=20)
+    assert r.status == "nan" and r.message.startswith("map failed at the start")
+    assert "ridge step" in r.message
+    r = iterate(F, dict(q=1.0), strategy=strategy, tol=1e-9, max_iter=50)
+    assert r.status == "converged" and r.x["q"] == pytest.approx(1.0, rel=1e-8)
+
+
 def test_array_states_are_judged_per_order_parameter():
     # a state with a matrix and a vector: the contraction x -> x* + 0.5 (x - x*) per entry
     qs, ms = np.array([[2.0, 0.5], [0.5, 1.0]]), np.array([0.3, -0.3, 0.1])
@@ -282,3 +301,28 @@ def test_extrapolate_matrix_order_parameters_entry_by_entry():
     np.testing.assert_allclose(out, [[2.0, 0.1], [0.1, 3.0]], atol=1e-14)
     # a scalar keeps the scalar rule
     assert extrapolate([dict(v=1.0), dict(v=2.0)], [0.0, 1.0], 2.0, ["v"])["v"] == 3.0
+
+
+def test_a_stalled_cold_anderson_stage_hands_over_to_newton():
+    # a map whose damped step (mixing 0.5) has slope exactly -1 in q (F's slope -3): the
+    # damped iteration cycles with a residual ~1, never below the 5e-2 where Anderson engages,
+    # so a cold two-fidelity solve spends its whole Anderson budget on the cheap map (as the
+    # cold semantic starts at small α did in the robustness sweep) before the accurate stage
+    # solves it.  With newton_after the cheap stage hands over to quasi-Newton after 20 maps
+    xs, jac = np.array([0.4, 3.0]), np.array([[-3.0, 0.2], [0.1, 0.5]])
+
+    def lin(x0, J):
+        def F(x):
+            y = (np.array([x["q"], x["V"]]) - x0) / x0
+            return dict(zip(("q", "V"), x0 * (1 + J @ y + 0.1 * y**2))), None
+
+        return F
+
+    kw = dict(cheap=lin(xs * (1 + 2e-3), 1.02 * jac), tol=1e-10, max_iter=80)
+    start = dict(q=0.6, V=3.3)
+    stuck = solve_two_fidelity(lin(xs, jac), start, **kw)
+    assert stuck.iterations > 80 and "newton_after" not in stuck.metadata
+    r = solve_two_fidelity(lin(xs, jac), start, newton_after=20, **kw)
+    assert r.status == "converged", r.message
+    assert np.allclose([r.x["q"], r.x["V"]], xs, rtol=1e-9)
+    assert r.metadata["newton_after"] == 20 and r.iterations < 45

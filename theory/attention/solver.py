@@ -72,6 +72,11 @@ COLLAPSE = 2e-2
 #: the trivial solve: q/ρ below this and decreasing (DecayStop) → the Q = 0 point is checked
 Q_ZERO = 1e-7
 Q_ZERO_LABEL = "q decays to 0 on the trivial subspace"
+#: a cold semantic start's Anderson stage on the cheap rule hands over to quasi-Newton after
+#: this many maps (solve_two_fidelity's ``newton_after``): at α ≲ 0.4 and random σ, λ, A it
+#: neither converged nor collapsed in 116 maps (BENCHMARKS.md "Robustness sweep"); at the
+#: reference it needs ~10
+NEWTON_AFTER = 30
 #: how many halvings of the default start's V :func:`start_point` tries
 START_SCAN = 8
 #: the teacher norm ρ = σ² the overlaps of DEFAULT_INIT are tuned to (σ = 0.5)
@@ -278,6 +283,7 @@ def fixed_point(
             max_iter=max_iter,
             callbacks=callbacks,
             keep_history=keep_history,
+            newton_after=NEWTON_AFTER if branch == "semantic" and init is None else None,
         )
 
     out = solve(x0)
@@ -301,11 +307,20 @@ def fixed_point(
     res = _result_from(alpha, p, branch, out, rule, tol, guard_hits[0], diagnostics)
     if start_note:
         res = dataclasses.replace(res, message="; ".join(x for x in (start_note, res.message) if x))
-    if out.status == "diverged" and "collapsed onto the trivial" in (out.message or ""):
+    # quasi-Newton, taking over from a stalled cold start, can land on the trivial point itself
+    # (θ ≡ 0 is invariant): a collapse too, not yet told whether the branch exists here
+    landed = (
+        branch != "trivial"
+        and res.converged
+        and res.branch == "trivial"
+        and "newton_after" in out.metadata
+    )
+    if landed or (out.status == "diverged" and "collapsed onto the trivial" in (out.message or "")):
         res.metadata["collapsed"] = True
         if when_absent == "flow":
             kw = dict(mixing=mixing, tol=tol, max_iter=max_iter, rule=rule, accel=accel)
-            return _absent(alpha, p, branch, kw, coarse=coarse, diagnostics=diagnostics)
+            flow = dict(q=res.q, m=0.0, theta=0.0, V=res.V) if landed else _flow_point(out)
+            return _absent(alpha, p, branch, kw, flow, coarse=coarse, diagnostics=diagnostics)
     meta = out.metadata
     if res.converged and "cheap_jacobian" in meta:
         J, scale = meta["cheap_jacobian"]
@@ -386,9 +401,21 @@ def _zero_result(alpha, p, z, out, rule, tol, note="") -> ERMResult:
     )
 
 
-def _absent(alpha, p, branch, kw, **more) -> ERMResult:
+def _flow_point(out) -> dict | None:
+    """Where a stopped (collapsed) iteration had got to: its last accepted point's q and V (the
+    decaying order parameter dropped), or None when they are not usable as a start."""
+    x = out.x or {}
+    q, V = x.get("q", math.nan), x.get("V", math.nan)
+    if not (np.isfinite(q) and np.isfinite(V) and q > 0 and V > 0):
+        return None
+    return dict(q=float(q), m=0.0, theta=0.0, V=float(V))
+
+
+def _absent(alpha, p, branch, kw, flow=None, **more) -> ERMResult:
     """The start on ``branch`` decayed: where the branch exists (above its spinodal) solve it
-    without the early stop, otherwise report the fixed point the iteration flows to."""
+    without the early stop, otherwise report the fixed point the iteration flows to -- the
+    trivial one, solved from ``flow`` (where the stopped iteration had got to: close to it),
+    and from the trivial branch's own cold start if that fails."""
     from theory.attention.spinodal import spinodal
 
     s = spinodal(p, branch, hint=alpha, rule=kw["rule"])
@@ -414,13 +441,22 @@ def _absent(alpha, p, branch, kw, **more) -> ERMResult:
                 "it re-appears"
             )
     base = "trivial"
-    r = fixed_point(alpha, p, base, when_absent="stop", **kw, **more)
+    r = None
+    if flow is not None:
+        r = fixed_point(alpha, p, base, init=flow, when_absent="stop", **kw, **more)
+    if r is None or not r.converged:
+        cold = fixed_point(alpha, p, base, when_absent="stop", **kw, **more)
+        if r is None or cold.converged or r.status == "nan":
+            r = cold
     if not r.converged:
+        # never a bare "nan": the branch's absence is established, the trivial point is not
         return dataclasses.replace(
             r,
+            status="diverged" if r.status == "nan" else r.status,
             init=branch,
             message=f"the {branch} branch does not exist at α = {alpha:g} ({where}); "
-            f"the {base} fixed point it flows to was not found either: {r.message}",
+            f"the {base} fixed point it flows to was not found either ({r.status}: "
+            f"{r.message})",
         )
     r.metadata.update(alpha_spinodal=s.alpha_spinodal, requested_branch=branch)
     return dataclasses.replace(

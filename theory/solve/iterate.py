@@ -450,7 +450,9 @@ class Damped(Strategy):
         return damp(ctx.x, ctx.fx, self.mixing)
 
     def failed(self, ctx, x, error):
-        if self.good is None or self.mixing / 2 < self.min_mixing:
+        if self.good is None:
+            raise _GiveUp("nan", f"map failed at the start: {error}")
+        if self.mixing / 2 < self.min_mixing:
             raise _GiveUp("nan", f"map failed: {error}")
         self.mixing /= 2
         return damp(*self.good, self.mixing)
@@ -553,7 +555,9 @@ class Anderson(Strategy):
         return x_new
 
     def failed(self, ctx, x, error):
-        if self.best is None or self.mixing / 2 < 1e-3:
+        if self.best is None:
+            raise _GiveUp("nan", f"map failed at the start: {error}")
+        if self.mixing / 2 < 1e-3:
             raise _GiveUp("nan", f"map failed: {error}")
         self.mixing /= 2
         return self._restart()

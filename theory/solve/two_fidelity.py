@@ -38,6 +38,34 @@ def _with(result: IterationResult, **changes) -> IterationResult:
     return dataclasses.replace(result, **changes)
 
 
+def _newton_then_anderson(Fc, stalled, tol, mixing, left, common) -> IterationResult:
+    """``newton_after`` (see :func:`solve_two_fidelity`): quasi-Newton on ``Fc`` from where
+    the stalled Anderson run got to, then Anderson for what is ``left`` of the budget.  The
+    result's ``iterations`` counts these two stages only."""
+    qn = iterate(
+        Fc,
+        dict(stalled.x),
+        strategy=QuasiNewton(),
+        tol=max(tol, 1e-3),
+        max_iter=min(16, left),
+        **common,
+    )
+    if qn.status in ("converged", "diverged") or qn.iterations >= left:
+        note = f"Anderson stalled ({stalled.iterations} maps), quasi-Newton took over"
+        return _with(qn, message=f"{qn.message}; {note}" if qn.message else note)
+    worse = not (qn.residual < stalled.residual)  # nan compares False: keep Anderson's point
+    nxt = dict(stalled.x if worse else qn.x)
+    out = iterate(
+        Fc,
+        nxt,
+        strategy=Anderson(mixing),
+        tol=max(tol, 1e-3),
+        max_iter=left - qn.iterations,
+        **common,
+    )
+    return _with(out, iterations=out.iterations + qn.iterations)
+
+
 def solve_two_fidelity(
     F: Callable[[dict], tuple[dict, Any]],
     x0: Mapping,
@@ -56,6 +84,7 @@ def solve_two_fidelity(
     warm_maps: int = 6,
     callbacks: Sequence[Callable] = (),
     keep_history: bool = False,
+    newton_after: int | None = None,
 ) -> IterationResult:
     """Solve ``F(x) = x`` from ``x0``, helped by the ``cheap`` map (None: ``F`` alone).
 
@@ -66,6 +95,14 @@ def solve_two_fidelity(
     Jacobian): what a warm-started neighbour passes back as ``shift`` (the difference) and
     ``jacobian0``.  ``admissible(x)`` vets the defect-corrected start.
     ``callbacks`` are shared by every stage (a stop rule keeps its trace across them).
+    ``newton_after``: the damped Anderson stage on the cheap map (stage 2, a cold start) that
+    has spent this many evaluations without converging or being stopped is interrupted for
+    quasi-Newton on the cheap map from where it got to (16 evaluations at most); if that does
+    not converge either, Anderson goes on from the better of the two points for the rest of
+    ``max_iter`` (None: Anderson alone; ``metadata["newton_after"]`` when it happened).  Where
+    the map has an eigenvalue far from 1 (the damped step overshoots, and Anderson, which
+    starts only at residuals below 5e-2, never engages) or one close to 1 (slow contraction),
+    Anderson spends its whole budget; Newton does not.
     """
     if accel not in ACCELERATIONS:
         raise ValueError(f"accel must be one of {ACCELERATIONS}, got {accel!r}")
@@ -103,15 +140,20 @@ def solve_two_fidelity(
             )
             iters += pre.iterations
         if out is None and (pre is None or pre.status != "converged"):
+            budget = max_iter if newton_after is None else min(max_iter, int(newton_after))
             pre = iterate(
                 Fc,
                 start,
                 strategy=Anderson(mixing),
                 tol=max(tol, 1e-3),
-                max_iter=max_iter,
+                max_iter=budget,
                 **common,
             )
             iters += pre.iterations
+            if pre.status == "max_iter" and budget < max_iter:
+                pre = _newton_then_anderson(Fc, pre, tol, mixing, max_iter - budget, common)
+                iters += pre.iterations
+                meta["newton_after"] = budget
         if out is not None:
             out = _with(out, iterations=iters)
         elif pre.status == "diverged" or (
