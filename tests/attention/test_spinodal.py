@@ -1,5 +1,6 @@
 """Spinodals, branch existence, bounded transition search and input validation (issue 13)."""
 
+import importlib
 import math
 
 import numpy as np
@@ -301,3 +302,47 @@ def test_the_regions_at_omega_0_match_the_fixed_points():
     mid = math.sqrt(b["alpha_positional_end"] * b["alpha_positional_fold"])
     assert on(mid, "positional") is None and on(mid, "semantic") is not None
     assert classify(mid, b) == "only semantic"
+
+
+SP = importlib.import_module("theory.attention.spinodal")  # the module (A.spinodal: the function)
+
+
+class _Poly(SP._Amplitude):
+    """A branch whose α(t) is the normal form a_p + a t² + b t⁴, in place of the solved one."""
+
+    def __init__(self, a_p, a, b):
+        super().__init__(None, "semantic", "trivial", {}, None)
+        self.poly = lambda t: a_p + a * t**2 + b * t**4
+
+    def at(self, t, depth=0):
+        return self.solved.setdefault(float(t), (self.poly(float(t)), {}))
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (-1.40, 77.3),  # a shallow fold, t* = 0.095: between the normal-form points (found at
+        # ω = 0.58 with a non-symmetric A, where the walk from t = 0.15 up missed it)
+        (-0.5, 2.0),  # a deep one, t* = 0.354: found by the walk
+        (-4.0, 1000.0),  # shallower still, t* = 0.045: between the pitchfork and t = 0.05
+    ],
+)
+def test_the_fold_walk_finds_the_minimum_of_alpha_of_t(a, b):
+    # independent closed form: α(t) = a_p + a t² + b t⁴ is smallest at t*² = -a / 2b, where
+    # α* = a_p - a² / 4b; Brent's xatol 1e-3 in t moves α by O(b t*² · 1e-6): rel 1e-6
+    amp = _Poly(3.86, a, b)
+    for t in (SP.DELTA, *SP.NORMAL_FORM_T):  # what _kind has solved before the walk
+        amp.at(t)
+    t_fold, alpha_fold, why = amp.fold(SP.NORMAL_FORM_T[1], 0.05, -1.0)
+    assert t_fold == pytest.approx((-a / (2 * b)) ** 0.5, abs=2e-3), why
+    assert alpha_fold == pytest.approx(3.86 - a**2 / (4 * b), rel=1e-6)
+
+
+def test_the_fold_walk_goes_down_from_a_start_high_on_the_branch():
+    # saddle_node walks from a point high on the branch towards smaller t (dt < 0)
+    amp = _Poly(10.0, -0.5, 2.0)  # t* = 0.354
+    amp.at(0.7)
+    amp.at(0.65)
+    t_fold, alpha_fold, why = amp.fold(0.7, -0.05, -1.0)
+    assert t_fold == pytest.approx(0.125**0.5, abs=2e-3), why
+    assert alpha_fold == pytest.approx(10.0 - 0.25 / 8.0, rel=1e-6)

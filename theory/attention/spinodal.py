@@ -364,9 +364,12 @@ class _Amplitude:
         return self.solved[t]
 
     def fold(self, t0, dt, sign):
-        """Walk t from ``t0`` in steps ``dt`` until -sign α(t) turns up (a fold: the minimum of
-        α for ``sign`` -1, the maximum for +1), then bounded Brent inside the last two steps.
-        Returns (t_fold, α_fold, why): t_fold None (with why) when the walk leaves
+        """The fold: the extremum of α(t) (the minimum for ``sign`` -1, the maximum for +1).
+        The amplitudes already solved up to ``t0`` (the pitchfork and the normal-form points)
+        are looked at first -- a shallow fold lies between them (ω = 0.58, non-symmetric A:
+        t ≈ 0.08) -- then t walks on from ``t0`` in steps ``dt`` until -sign α(t) turns up,
+        and bounded Brent refines inside the last two intervals (``dt`` < 0 walks down from
+        ``t0``).  Returns (t_fold, α_fold, why): t_fold None (with why) when the walk leaves
         (0, ``T_MAX``) or the branch is lost before a fold."""
         from scipy.optimize import minimize_scalar
 
@@ -374,18 +377,22 @@ class _Amplitude:
             g = self.at(t)
             return math.inf if g is None else -sign * g[0]
 
-        ts = [t0]
+        behind = (lambda t: 0.0 < t <= t0) if dt > 0 else (lambda t: t >= t0)
+        ts = sorted(filter(behind, self.solved), reverse=dt < 0) or [t0]  # in walking order
+        k = 1
         while True:
-            t = ts[-1] + dt
-            if not 0.0 < t < T_MAX:
-                return None, None, f"no fold for t in (0, {T_MAX:g})"
-            if self.at(t) is None:
-                return None, None, f"the branch was not solved at amplitude t = {t:.3g}"
-            ts.append(t)
-            if len(ts) >= 3 and f(ts[-1]) > f(ts[-2]):
-                lo, hi = sorted((ts[-3], ts[-1]))
+            if k == len(ts):
+                t = ts[-1] + dt
+                if not 0.0 < t < T_MAX:
+                    return None, None, f"no fold for t in (0, {T_MAX:g})"
+                if self.at(t) is None:
+                    return None, None, f"the branch was not solved at amplitude t = {t:.3g}"
+                ts.append(t)
+            if f(ts[k]) > f(ts[k - 1]):  # turned up: the extremum lies in (ts[k-2], ts[k])
+                lo, hi = sorted((ts[max(k - 2, 0)], ts[k]))
                 m = minimize_scalar(f, bounds=(lo, hi), method="bounded", options=dict(xatol=1e-3))
                 return float(m.x), self.at(m.x)[0], ""
+            k += 1
 
 
 def _normal_form(a_p, alphas) -> tuple[float, float]:
@@ -429,7 +436,9 @@ def _kind(p, branch, base_branch, x_p, a_p, cheap, rule, xtol, sign=-1.0, x_fine
         return dict(a=a, metadata=meta)
     t_fold, a_cheap, why = amp.fold(NORMAL_FORM_T[1], 0.05, sign)
     fine = None
-    if t_fold is not None:
+    if t_fold is not None and rule is cheap:  # the walk solved it on this rule already
+        fine = amp.at(t_fold)
+    elif t_fold is not None:
         fine = _solve_reduced(p, branch, base_branch, amp.at(t_fold)[1], rule, cheap, t_fold, xtol)
         why = "the fold was not solved on the requested rule"
     if fine is None:
@@ -524,8 +533,12 @@ def _solve_reduced(p, branch, base_branch, start, rule, cheap, amp, xtol, max_it
                 J = jacobian(y_new, r_new)
             else:
                 J += np.outer(r_new - r - J @ step, step) / (step @ step)
+            small = np.max(np.abs(r_new)) < 1e-6
+            # the rule's rounding floor: a small residual that stopped falling (α then jitters
+            # by ~1e-6 relative on the cheap rule, and an xtol below that would never be met)
+            floor = small and it > 1 and np.max(np.abs(r_new)) > 0.5 * np.max(np.abs(r))
             y, r = y_new, r_new
-            if abs(alpha_new - alpha) <= xtol * alpha_new and np.max(np.abs(r)) < 1e-6:
+            if small and (abs(alpha_new - alpha) <= xtol * alpha_new or floor):
                 return alpha_new, at(y), it
             alpha = alpha_new
     except (FloatingPointError, ValueError, ZeroDivisionError, SystemError, np.linalg.LinAlgError):
