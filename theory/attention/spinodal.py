@@ -414,6 +414,11 @@ def _kind(p, branch, base_branch, x_p, a_p, cheap, rule, xtol, sign=-1.0, x_fine
     (stationary in t: the cheap rule's t suffices).  Returns dict(a, alpha_fold, t_fold,
     metadata, why)."""
     amp = _Amplitude(p, branch, base_branch, x_p, cheap)
+    if x_fine is None:  # the pitchfork by the amplitudes' own route (Brent's root is only to
+        # xtol, and α(t) - α_p at t = 0.05 is ~a/400)
+        got = _solve_reduced(p, branch, base_branch, x_p, cheap, cheap, DELTA, 1e-7)
+        if got is not None:
+            a_p, x_p = got[:2]
     amp.solved[DELTA] = (a_p, x_p)  # the pitchfork itself (amplitude → 0)
     pts = [amp.at(t) for t in NORMAL_FORM_T]
     if any(g is None for g in pts):
