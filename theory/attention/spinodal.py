@@ -620,7 +620,7 @@ def saddle_node(
             metadata=meta,
             **common,
         )
-    a_f, x, _ = fine
+    a_f, x = fine[:2]
     return SpinodalResult(
         status="converged",
         alpha_spinodal=a_f,
