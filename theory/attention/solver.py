@@ -423,25 +423,31 @@ def _absent(alpha, p, branch, kw, flow=None, **more) -> ERMResult:
     without the early stop, otherwise report the fixed point the iteration flows to -- the
     trivial one, solved from ``flow`` (where the stopped iteration had got to: close to it),
     and from the trivial branch's own cold start if that fails."""
-    from theory.attention.spinodal import spinodal
+    from theory.attention.spinodal import DEFAULT_HINT, spinodal
 
-    def locate(rule):
-        s = spinodal(p, branch, hint=alpha, rule=rule)
-        if not s.converged:  # the bracket grown from α can miss a root the default start finds
-            s = spinodal(p, branch, rule=rule)
+    def locate(rule, hints, **opt):
+        for hint in hints:  # a bracket grown from one start can miss a root the other finds
+            s = spinodal(p, branch, hint=hint, rule=rule, **opt)
+            if s.converged:
+                break
         return s
 
     # the existence question first on the cheap rule (every stage of the spinodal on it: a
-    # fraction of the cost, α_s within ~1 % of the requested rule's, docs/attention.md §6);
-    # the requested rule only where α lies within SPINODAL_MARGIN of that estimate
+    # fraction of the cost, α_s within ~1 % of the requested rule's, docs/attention.md §6), to
+    # 1e-3 (the decision needs 10 %), its bracket grown from the default start when α lies
+    # below it (a decayed start far below the spinodal: fewer steps); the requested rule only
+    # where α lies within SPINODAL_MARGIN of that estimate, its bracket from α
     cheap = coarse_rule()
-    s = locate(cheap)
+    first = (alpha, None) if alpha >= DEFAULT_HINT[branch] else (None, alpha)
+    s = locate(cheap, first, xtol=1e-3)
     rough = s.converged and abs(alpha / s.alpha_spinodal - 1.0) > SPINODAL_MARGIN
-    if not rough and kw["rule"].cost > cheap.cost:
-        s = locate(kw["rule"])
+    if s.converged and not rough:
+        s = locate(kw["rule"], (alpha, None))  # (a search the cheap rule did not close, the
+        # requested rule's would only repeat: its bracket is the cheap rule's too)
     where = (
-        f"its spinodal is α_s {'≈' if rough else '='} {s.alpha_spinodal:.6g} ({s.kind}: it "
-        "exists for α > α_s"
+        f"its spinodal is α_s {'≈' if rough else '='} "
+        + (f"{s.alpha_spinodal:.4g}" if rough else f"{s.alpha_spinodal:.6g}")
+        + f" ({s.kind}: it exists for α > α_s"
         + ("; the cheap rule's value, `theory erm spinodal` refines it)" if rough else ")")
         if s.converged
         else s.message

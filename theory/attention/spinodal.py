@@ -240,7 +240,7 @@ def spinodal(
         start = solved[rc.root]
         bordered = _solve_reduced(p, branch, base_branch, _point(start), rule, cheap, DELTA, xtol)
         if bordered is not None:
-            a_s, x, its = bordered
+            a_s, x, its = bordered[:3]
             kind = _kind(
                 p, branch, base_branch, _point(start), coarse_root, cheap, rule, xtol, sign, x
             )
@@ -347,6 +347,7 @@ class _Amplitude:
     def __init__(self, p, branch, base_branch, first, cheap):
         self.args, self.cheap, self.first = (p, branch, base_branch), cheap, first
         self.solved: dict[float, tuple] = {}
+        self.jac: dict[float, np.ndarray] = {}
 
     def at(self, t, depth=0):
         """(α, overlaps) at amplitude ``t``, or None where Newton fails (also from halfway
@@ -355,15 +356,19 @@ class _Amplitude:
         if t not in self.solved:
             near = min(self.solved, key=lambda s: abs(s - t)) if self.solved else None
             start = self.first if near is None else self.solved[near][1]
-            got = _solve_reduced(*self.args, start, self.cheap, self.cheap, t, 1e-7)
+            jac = self.jac.get(near)  # Broyden from the neighbour's Jacobian: ~half the maps
+            got = _solve_reduced(*self.args, start, self.cheap, self.cheap, t, 1e-7, jac=jac)
+            if got is None and jac is not None:
+                got = _solve_reduced(*self.args, start, self.cheap, self.cheap, t, 1e-7)
             if got is None:
                 if near is None or depth >= 3 or self.at(0.5 * (t + near), depth + 1) is None:
                     return None
                 return self.at(t, depth + 1)
             self.solved[t] = got[:2]
+            self.jac[t] = got[3]
         return self.solved[t]
 
-    def fold(self, t0, dt, sign):
+    def fold(self, t0, dt, sign, xatol=1e-3):
         """The fold: the extremum of α(t) (the minimum for ``sign`` -1, the maximum for +1).
         The amplitudes already solved up to ``t0`` (the pitchfork and the normal-form points)
         are looked at first -- a shallow fold lies between them (ω = 0.58, non-symmetric A:
@@ -390,7 +395,7 @@ class _Amplitude:
                 ts.append(t)
             if f(ts[k]) > f(ts[k - 1]):  # turned up: the extremum lies in (ts[k-2], ts[k])
                 lo, hi = sorted((ts[max(k - 2, 0)], ts[k]))
-                m = minimize_scalar(f, bounds=(lo, hi), method="bounded", options=dict(xatol=1e-3))
+                m = minimize_scalar(f, bounds=(lo, hi), method="bounded", options=dict(xatol=xatol))
                 return float(m.x), self.at(m.x)[0], ""
             k += 1
 
@@ -414,6 +419,12 @@ def _kind(p, branch, base_branch, x_p, a_p, cheap, rule, xtol, sign=-1.0, x_fine
     (stationary in t: the cheap rule's t suffices).  Returns dict(a, alpha_fold, t_fold,
     metadata, why)."""
     amp = _Amplitude(p, branch, base_branch, x_p, cheap)
+    if x_fine is None:  # the pitchfork by the amplitudes' own route (Brent's root is only to
+        # xtol, and α(t) - α_p at t = 0.05 is ~a/400)
+        got = _solve_reduced(p, branch, base_branch, x_p, cheap, cheap, DELTA, 1e-7)
+        if got is not None:
+            a_p, x_p = got[:2]
+            amp.jac[DELTA] = got[3]
     amp.solved[DELTA] = (a_p, x_p)  # the pitchfork itself (amplitude → 0)
     pts = [amp.at(t) for t in NORMAL_FORM_T]
     if any(g is None for g in pts):
@@ -434,7 +445,9 @@ def _kind(p, branch, base_branch, x_p, a_p, cheap, rule, xtol, sign=-1.0, x_fine
     meta.update(normal_form_b=b, normal_form_points=[[t, g[0]] for t, g in zip(NORMAL_FORM_T, pts)])
     if -sign * a > 0:
         return dict(a=a, metadata=meta)
-    t_fold, a_cheap, why = amp.fold(NORMAL_FORM_T[1], 0.05, sign)
+    # Brent's tolerance in t: α is stationary there (error ~2|a| Δt²), 1e-3 at the default
+    # xtol, 1e-2 for a rough spinodal (xtol 1e-3: fixed_point's existence question)
+    t_fold, a_cheap, why = amp.fold(NORMAL_FORM_T[1], 0.05, sign, xatol=max(1e-3, 10 * xtol))
     fine = None
     if t_fold is not None and rule is cheap:  # the walk solved it on this rule already
         fine = amp.at(t_fold)
@@ -493,12 +506,14 @@ def _reduced(p, branch, base_branch, x, rule, amp=DELTA):
     return np.array(res), alpha, lam
 
 
-def _solve_reduced(p, branch, base_branch, start, rule, cheap, amp, xtol, max_iter=16):
+def _solve_reduced(p, branch, base_branch, start, rule, cheap, amp, xtol, max_iter=16, jac=None):
     """Newton on :func:`_reduced` at amplitude ``amp`` in log(q), log(V) (, log m) with
     ``rule``, from the overlaps ``start`` (q, m, V), its Jacobian by finite differences of the
     ``cheap`` rule: recomputed at every step when ``rule`` is the cheap one, otherwise once and
-    then Broyden updates (typically 2-4 evaluations of ``rule``).  Returns (α, overlaps,
-    iterations), or None if it fails (the spinodal then falls back to bracket + Brent)."""
+    then Broyden updates (typically 2-4 evaluations of ``rule``); ``jac``: a first Jacobian
+    (a neighbouring solve's), then Broyden updates on any rule.  Returns (α, overlaps,
+    iterations, Jacobian), or None if it fails (the spinodal then falls back to bracket +
+    Brent)."""
     names = ["q", "V"] + (["m"] if base_branch == "positional" else [])
     y = np.array([math.log(abs(start[k])) for k in names])
 
@@ -521,7 +536,7 @@ def _solve_reduced(p, branch, base_branch, start, rule, cheap, amp, xtol, max_it
 
     try:
         r0, alpha0, _ = red(y, cheap)
-        J = jacobian(y, r0)
+        J = jacobian(y, r0) if jac is None else np.array(jac, dtype=float)
         r, alpha = (r0, alpha0) if rule is cheap else red(y, rule)[:2]
         for it in range(1, max_iter + 1):
             step = -np.linalg.solve(J, r)
@@ -529,7 +544,7 @@ def _solve_reduced(p, branch, base_branch, start, rule, cheap, amp, xtol, max_it
                 step *= 0.5 / np.max(np.abs(step))
             y_new = y + step
             r_new, alpha_new, _ = red(y_new, rule)
-            if rule is cheap:
+            if rule is cheap and jac is None:
                 J = jacobian(y_new, r_new)
             else:
                 J += np.outer(r_new - r - J @ step, step) / (step @ step)
@@ -539,7 +554,7 @@ def _solve_reduced(p, branch, base_branch, start, rule, cheap, amp, xtol, max_it
             floor = small and it > 1 and np.max(np.abs(r_new)) > 0.5 * np.max(np.abs(r))
             y, r = y_new, r_new
             if small and (abs(alpha_new - alpha) <= xtol * alpha_new or floor):
-                return alpha_new, at(y), it
+                return alpha_new, at(y), it, J
             alpha = alpha_new
     except (FloatingPointError, ValueError, ZeroDivisionError, SystemError, np.linalg.LinAlgError):
         return None
@@ -605,7 +620,7 @@ def saddle_node(
             metadata=meta,
             **common,
         )
-    a_f, x, _ = fine
+    a_f, x = fine[:2]
     return SpinodalResult(
         status="converged",
         alpha_spinodal=a_f,
