@@ -185,6 +185,8 @@ def cmd_fixed_point(args):
     )
     if "alpha_spinodal" in r.metadata:  # the requested branch ended: where it begins
         payload["alpha_spinodal"] = r.metadata["alpha_spinodal"]
+        # true: the cheap rule's estimate (α far from it), `theory erm spinodal` refines it
+        payload["alpha_spinodal_cheap_rule"] = bool(r.metadata.get("alpha_spinodal_cheap_rule"))
     text = "\n".join(f"{k}: {v}" for k, v in payload.items())
     emit(args, payload, text)
     return 0 if r.converged else 1
