@@ -9,6 +9,7 @@ error bar is the standard error of the ``n_rep`` fixed points re-solved on each 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -355,6 +356,9 @@ def fixed_point(
     deadline = None if max_time is None else time.perf_counter() + max_time
     kw = dict(mixing=mixing, tol=tol, max_iter=max_iter, accel=accel, deadline=deadline)
     out, Fx, mem = _solve(alpha, p, branch, x0, nodes, keep_history=keep_history, **kw)
+    if out.status == "max_time":  # the loop was given what was left of the bound: name the bound
+        msg = f"max_time = {max_time:g} s exceeded after {out.iterations} map evaluations"
+        out = dataclasses.replace(out, message=msg)
     meta = dict(nodes.describe(), tol=tol, guard_hits=int(mem["guard"]), mixing=mixing)
     if max_time is not None:
         meta["max_time"] = max_time
