@@ -294,6 +294,8 @@ def sweep(args) -> None:
     todo = [(s, label, argv) for s in settings for label, argv in commands(s)]
     todo.sort(key=lambda t: t[0]["i"])  # ERM and SSI settings interleaved: a stopped sweep
     # (it resumes) has covered both sides
+    k, n = args.shard
+    todo = todo[k::n]  # shards share the store: each row is one O_APPEND write
     done = 0
     for s, label, argv in todo:
         key = dict(seed=args.seed, argv=json.dumps(argv))
@@ -348,6 +350,16 @@ def table(path) -> str:
     return "\n".join(lines)
 
 
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes K/N, e.g. 0/2, not {text!r}") from None
+    if not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"--shard K/N needs 0 <= K < N, got {text!r}")
+    return k, n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-erm", type=int, default=200, help="random ERM settings")
@@ -355,6 +367,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random settings")
     ap.add_argument(
         "--timeout", type=float, default=120.0, help="CPU-time bound per call (s); 6x on the wall"
+    )
+    ap.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="K/N",
+        help="run every N-th call from the K-th (0-based): N processes on one store share a sweep",
     )
     ap.add_argument("--out", default="robustness.jsonl", help="result store (resumable)")
     ap.add_argument("--table", action="store_true", help="print the table of the stored calls")
