@@ -127,3 +127,77 @@ def test_absent_branch_solves_the_trivial_point_from_where_the_flow_got_to(monke
     r = solver._absent(A_S27, P_S27, "positional", kw, flow)
     assert len(calls) == 1 and r.converged and r.branch == "trivial" and r.q == 0.3
     assert r.init == "positional" and "flows to the trivial fixed point" in r.message
+
+
+def test_absent_branch_searches_its_spinodal_once_per_setting(monkeypatch):
+    # α_s does not depend on α: a curve along which a branch is absent everywhere (the positional
+    # branch at σ = 0.7, docs/attention.md §6) searches once, not once per α; another setting,
+    # or a bracket grown from the other side of the default hint, searches again
+    import importlib
+
+    from theory.attention import solver
+
+    S = importlib.import_module("theory.attention.spinodal")  # the package exports the function
+    searches = []
+
+    def fake_spinodal(p, branch, hint=None, rule=None, **opt):
+        searches.append((p.sigma, branch, hint))
+        return S.SpinodalResult(
+            status="no_spinodal", omega=p.omega, branch=branch, message="lambda < 1 up to 20"
+        )
+
+    def fake_fp(alpha, p, branch, init=None, **kw):
+        return solver.ERMResult(alpha=alpha, omega=p.omega, status="converged", branch="trivial")
+
+    monkeypatch.setattr(S, "spinodal", fake_spinodal)
+    monkeypatch.setattr(solver, "fixed_point", fake_fp)
+    monkeypatch.setattr(solver, "_CHEAP_SPINODALS", {})
+    kw = dict(rule=None)
+    p7 = ERMParams(omega=0.3, sigma=0.7)
+    for a in (0.5, 1.0, 2.0):  # all above the positional default hint 0.1
+        r = solver._absent(a, p7, "positional", kw)
+        assert r.branch == "trivial" and "lambda < 1 up to 20" in r.message
+    assert searches == [(0.7, "positional", 0.5), (0.7, "positional", None)]
+    solver._absent(0.05, p7, "positional", kw)  # below the hint: its own bracket
+    solver._absent(1.0, p7.replace(sigma=0.71), "positional", kw)
+    assert [s[0] for s in searches] == [0.7, 0.7, 0.7, 0.7, 0.71, 0.71]
+
+
+def _m_map(alpha, p, m, start, rule):
+    """m' of the state map at (q, V) solved with m held fixed (θ = 0): its roots m' = m > 0 are the
+    positional fixed points, found without the solver or the spinodal code."""
+    from scipy.optimize import root
+
+    def F(u):
+        q, V = np.exp(u)
+        new = state_map(alpha, dict(q=q, m=m, theta=0.0, V=V), p, rule)[0]
+        return [np.log(new["q"] / q), np.log(new["V"] / V)]
+
+    sol = root(F, np.log(start), method="hybr", options=dict(xtol=1e-8))
+    assert sol.success and np.abs(sol.fun).max() < 1e-8
+    q, V = np.exp(sol.x)
+    return state_map(alpha, dict(q=q, m=m, theta=0.0, V=V), p, rule)[0]["m"], (q, V)
+
+
+@pytest.mark.slow
+def test_positional_branch_ends_between_sigma_05_and_055():
+    # docs/attention.md §6: at alpha = 2, omega = 0.3 the positional fixed point m = 0.2582 of
+    # sigma = 0.5 is gone at sigma = 0.55 (m' < m for every m tried), and the trivial point's m
+    # eigenvalue turns negative by sigma = 0.6 (where L-BFGS still ends at m ~ 0.19)
+    from theory.attention.quadrature import coarse_rule
+
+    rule = coarse_rule()
+    p5 = ERMParams(omega=0.3, sigma=0.5)
+    start = (0.05, 11.0)
+    gaps = {}
+    for m in (0.22, 0.26):
+        mp, start = _m_map(2.0, p5, m, start, rule)
+        gaps[m] = mp - m
+    assert gaps[0.22] > 0.02 and gaps[0.26] < 0  # a root between: the fixed point at 0.2582
+    p55 = ERMParams(omega=0.3, sigma=0.55)
+    start = (0.085, 13.0)
+    for m in (0.25, 0.2, 0.1, 0.03):
+        mp, start = _m_map(2.0, p55, m, start, rule)
+        assert mp - m < -0.025, (m, mp)
+    mp, _ = _m_map(2.0, ERMParams(omega=0.3, sigma=0.6), 0.03, (0.2, 19.5), rule)
+    assert -0.8 < mp / 0.03 < -0.7  # -0.75: the map overshoots m = 0

@@ -12,6 +12,7 @@ parameters.  A branch that collapses onto the trivial one is stopped early (stat
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -418,12 +419,35 @@ def _flow_point(out) -> dict | None:
 SPINODAL_MARGIN = 0.1
 
 
+#: the cheap-rule spinodal searches of `_absent`, kept for the process: α_s does not depend on
+#: α, so a curve along which a branch is absent at every α (the positional branch at σ = 0.7,
+#: docs/attention.md §6) searches once, not once per α.  Keyed by the parameters, the branch and
+#: which side of the default hint the bracket grew from (the two can close on different roots)
+_CHEAP_SPINODALS: dict = {}
+_CHEAP_SPINODALS_MAX = 256
+
+
+def _cheap_spinodal(p, branch, alpha, locate):
+    from theory.attention.spinodal import DEFAULT_HINT
+
+    above = alpha >= DEFAULT_HINT[branch]
+    key = (json.dumps(p.to_dict(), sort_keys=True, default=str), branch, above)
+    s = _CHEAP_SPINODALS.get(key)
+    if s is None:
+        first = (alpha, None) if above else (None, alpha)
+        s = locate(coarse_rule(), first, xtol=1e-3)
+        if len(_CHEAP_SPINODALS) >= _CHEAP_SPINODALS_MAX:
+            _CHEAP_SPINODALS.clear()
+        _CHEAP_SPINODALS[key] = s
+    return s
+
+
 def _absent(alpha, p, branch, kw, flow=None, **more) -> ERMResult:
     """The start on ``branch`` decayed: where the branch exists (above its spinodal) solve it
     without the early stop, otherwise report the fixed point the iteration flows to -- the
     trivial one, solved from ``flow`` (where the stopped iteration had got to: close to it),
     and from the trivial branch's own cold start if that fails."""
-    from theory.attention.spinodal import DEFAULT_HINT, spinodal
+    from theory.attention.spinodal import spinodal
 
     def locate(rule, hints, **opt):
         for hint in hints:  # a bracket grown from one start can miss a root the other finds
@@ -437,9 +461,7 @@ def _absent(alpha, p, branch, kw, flow=None, **more) -> ERMResult:
     # 1e-3 (the decision needs 10 %), its bracket grown from the default start when α lies
     # below it (a decayed start far below the spinodal: fewer steps); the requested rule only
     # where α lies within SPINODAL_MARGIN of that estimate, its bracket from α
-    cheap = coarse_rule()
-    first = (alpha, None) if alpha >= DEFAULT_HINT[branch] else (None, alpha)
-    s = locate(cheap, first, xtol=1e-3)
+    s = _cheap_spinodal(p, branch, alpha, locate)
     rough = s.converged and abs(alpha / s.alpha_spinodal - 1.0) > SPINODAL_MARGIN
     if s.converged and not rough:
         s = locate(kw["rule"], (alpha, None))  # (a search the cheap rule did not close, the
