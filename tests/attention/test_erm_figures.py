@@ -92,3 +92,22 @@ def test_adam_reaches_the_lbfgs_minimiser_of_a_small_instance():
     th = abs(pr.teacher.qstar @ Q) / 20
     # Adam with a fixed lr hovers within ~lr of the minimum: 2 % on the overlap
     assert th == pytest.approx(ref.theta_over_sigma2, rel=0.02)
+
+
+def test_run_sims_keeps_runs_of_another_test_set_apart(tmp_path):
+    # the heat map (1000 test samples) and erm-omega03 (4000) share a store: a cell of one must
+    # not be served the other's run, whose eps_g carries another test set's fluctuation (the
+    # omega = 0.3 row of the full heat map stood out as a stripe)
+    from theory.attention.figures.simulation import run_sims
+    from theory.store import Store
+
+    store = Store(tmp_path / "sims.jsonl")
+    pt = [(1.5, 0.3, 20, 0, "positional")]
+    a = run_sims(pt, store=store, n_test=400, progress=False)[0]
+    b = run_sims(pt, store=store, n_test=100, progress=False)[0]
+    assert (a["n_test"], b["n_test"]) == (400, 100)
+    assert a["eps_t"] == pytest.approx(b["eps_t"], rel=1e-9)  # the same minimiser
+    assert a["eps_g"] != b["eps_g"]  # measured on another test set
+    n = len(store.rows())
+    again = [run_sims(pt, store=store, n_test=k, progress=False)[0] for k in (400, 100)]
+    assert [r["eps_g"] for r in again] == [a["eps_g"], b["eps_g"]] and len(store.rows()) == n

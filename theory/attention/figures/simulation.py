@@ -86,6 +86,12 @@ def run_sims(
         if p.A != PARAMS.A:
             key["A"] = [list(map(float, r)) for r in p.A]
         row = store.get(key)
+        if row is not None and row.get("n_test", n_test) != n_test:
+            # the run of another figure with another test set (erm-omega03's 4000 samples where
+            # the heat map draws 1000): eps_g carries its test set's fluctuation, which one
+            # figure must share across its cells (else a row of the heat map stands out)
+            key = dict(key, n_test=int(n_test))
+            row = store.get(key)
         if row is None:
             pk = (alpha, omega, d, seed)
             if pk not in problems:
