@@ -2,6 +2,7 @@
 solve, roots) on maps with known fixed points and functions with known roots."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -204,6 +205,40 @@ def test_decay_stop_ends_a_collapsing_run():
     )
     assert r.status == "diverged" and r.message.startswith("m collapsed")
     assert abs(r.fx["m"]) < 2e-2 and r.iterations < 100
+
+
+def test_decay_stop_ends_a_run_whose_order_parameter_flips_sign_at_zero():
+    # the positional start at sigma = 0.7 (docs/attention.md §6): the map's eigenvalue along m
+    # at the trivial point is -1.35, so m lands at ~1e-11 and flips sign there for ever, never
+    # decreasing for 15 iterations; the stop fires once it is zero to rounding (< 2e-8)
+    vals = iter([0.3, 0.1, 0.04, 1e-3] + [1.3e-11, 2.7e-12] * 50)
+    stop = DecayStop(lambda fx: next(vals), 2e-2, "m collapsed")
+    step = SimpleNamespace(fx={})
+    why = [stop(step) for _ in range(5)]
+    assert why[:4] == [None] * 4 and why[4].startswith("m collapsed (order parameter 1.30e-11")
+    late = DecayStop(lambda fx: 1e-7, 2e-2, "m", window=15)  # small, not yet zero: no stop
+    assert all(late(step) is None for _ in range(10))
+
+
+def test_an_exact_cycle_ends_the_loop_instead_of_spending_max_iter():
+    # F(a) = -a with the full step visits 1, -1, 1, -1, ...: the third visit of a point stops
+    # the loop (evaluation 5 of the 500 allowed); a slow spiral that never repeats is not a cycle
+    r = iterate(
+        lambda x: (dict(a=-x["a"]), None),
+        dict(a=1.0),
+        strategy=Damped(1.0, adapt=False),
+        tol=1e-12,
+        max_iter=500,
+    )
+    assert r.status == "max_iter" and r.iterations == 5 and "cycles" in r.message
+    r = iterate(
+        lambda x: (dict(a=-0.999 * x["a"]), None),
+        dict(a=1.0),
+        strategy=Damped(1.0, adapt=False),
+        tol=1e-12,
+        max_iter=50,
+    )
+    assert r.status == "max_iter" and r.iterations == 50 and "cycles" not in r.message
 
 
 def test_a_fixed_step_run_evaluates_exactly_max_iter_times():

@@ -251,6 +251,12 @@ class Strategy:
         return None
 
 
+#: an accepted point met this many times ends the loop (status "max_iter"): Anderson at a map
+#: that is rough at its rounding level can lock into an exact cycle (a period-3 cycle for 250
+#: evaluations at sigma = 0.7, docs/attention.md §6)
+CYCLE_VISITS = 3
+
+
 def iterate(
     F: Callable[[dict], tuple[dict, Any]],
     x0: Mapping,
@@ -303,6 +309,7 @@ def iterate(
     x = packing.pack(x0)
     strategy.start(ctx, x)
     hist = []
+    visits: dict[bytes, int] = {}
     status, message = "max_iter", ""
 
     def measure(xv, fv):
@@ -384,6 +391,14 @@ def iterate(
                 hist.append(row)
             if res < tol:
                 status, message = "converged", ctx.message
+                break
+            visits[x.tobytes()] = n = visits.get(x.tobytes(), 0) + 1
+            if n >= CYCLE_VISITS:  # a deterministic map and strategy going round a cycle: stop
+                status = "max_iter"
+                message = (
+                    f"the iteration cycles: it accepted the same point {n} times (residual "
+                    f"{res:.1e}) in {ctx.evaluations} map evaluations"
+                )
                 break
             if bound is not None and np.any(np.abs(fv) > bound):
                 status, message = "diverged", "order parameters diverged"
@@ -714,15 +729,22 @@ class DecayStop:
         *,
         window: int = 15,
         aitken: bool = True,
+        floor: float | None = None,
     ):
         self.value, self.threshold, self.label = value, threshold, label
         self.window, self.aitken = int(window), aitken
+        #: below this the order parameter is zero to rounding: stop whether or not it still
+        #: decreases (where the map's eigenvalue along it is below -1, it flips sign about 0 at
+        #: the 1e-11 level and never decreases monotonically)
+        self.floor = threshold * 1e-6 if floor is None else float(floor)
         self.trace: list[float] = []
 
     def __call__(self, step: Step) -> str | None:
         v = self.value(step.fx)
         self.trace.append(v)
         w, thr = self.window, self.threshold
+        if v < self.floor:
+            return f"{self.label} (order parameter {v:.2e}: zero to rounding, below {self.floor:g})"
         last = self.trace[-(w + 1) :]
         if len(last) == w + 1 and v < thr and all(b < a for a, b in zip(last, last[1:])):
             return (

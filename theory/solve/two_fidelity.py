@@ -191,6 +191,19 @@ def solve_two_fidelity(
                 out = iterate(
                     F, nxt, strategy=Anderson(mixing), tol=tol, max_iter=max_iter, **common
                 )
+                if out.status == "max_iter" and "cycles" in out.message:
+                    # Anderson locked into a cycle where the map is rough: the plain damped
+                    # iteration, half the mixing, from there, for what is left of the budget
+                    note = f"{note}; Anderson {out.message}, finished with the damped iteration"
+                    iters += out.iterations
+                    out = iterate(
+                        F,
+                        dict(out.x),
+                        strategy=Damped(mixing / 2),
+                        tol=tol,
+                        max_iter=max(max_iter - iters, 1),
+                        **common,
+                    )
                 msg = f"{note}; {out.message}" if out.message else note
                 out = _with(out, iterations=out.iterations + iters, message=msg)
         if out.status == "converged" and two and pre is not None and pre.jacobian is not None:
