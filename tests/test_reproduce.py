@@ -150,6 +150,19 @@ def test_cache_key_follows_source_and_version(fake, monkeypatch):
     fake["file"].write_text(FAKE + "\n# an edit\n")
     rp.run_reproduce(["good"], out=out, progress=False, log=lambda m: None)
     assert fake["calls"]() == ["good:quick"]
+    # a summary written when the piece is not selected shows the run of the earlier code as
+    # such, not as current; another mode, or a deleted figure, has none to show
+    fake["file"].write_text(FAKE + "\n# a second edit\n")
+    rep = rp.run_reproduce(["other"], out=out, progress=False, log=lambda m: None)
+    good = {o.name: o for o in rep.outcomes}["good"]
+    assert good.status.startswith("earlier code (20") and good.numbers[0]["value"] == 1.23456789
+    summary = (out / "SUMMARY.md").read_text()
+    assert "| good | alpha_c(omega=0.3) | 1.23457 |" in summary and "earlier code (20" in summary
+    rep = rp.run_reproduce(["other"], out=out, quick=False, progress=False, log=lambda m: None)
+    assert {o.name: o.status for o in rep.outcomes}["good"] == "not run"
+    (out / "good.png").unlink()
+    rep = rp.run_reproduce(["other"], out=out, progress=False, log=lambda m: None)
+    assert {o.name: o.status for o in rep.outcomes}["good"] == "not run"
     # so does a new package version
     fake["reset"]()
     monkeypatch.setattr(rp, "__version__", "99.0")

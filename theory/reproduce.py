@@ -17,7 +17,9 @@ with one sentence saying how (method, sizes, seeds).  This module
   model invalidates the figures that use it.  A rerun reuses a cached piece if every file it
   lists still exists;
 * writes ``<out>/SUMMARY.md`` (atomically): the table of headline numbers with their "how", the
-  status and time of every piece.
+  status and time of every piece.  A piece not run now and not cached for the current code,
+  whose newest run with earlier code left its files, is listed with that run's figure and
+  numbers under the status "earlier code (<date>)", never passed off as current.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ FIGURE_MODULES: tuple[str, ...] = (
 )
 
 CACHE_DIR = ".cache"
+#: the status of a piece not run now whose figure and numbers come from a run with other code
+EARLIER = "earlier code"
 CACHE_NAME = "pieces.jsonl"
 SUMMARY_NAME = "SUMMARY.md"
 
@@ -104,7 +108,13 @@ class Piece:
 class Outcome:
     name: str
     module: str
-    status: str  # "ok" | "cached" | "failed" | "not run"
+    status: str  # "ok" | "cached" | "earlier code (<date>)" | "failed" | "not run"
+
+    @property
+    def has_result(self) -> bool:
+        """A figure and numbers to show: run now, cached, or kept from earlier code."""
+        return self.status in ("ok", "cached") or self.status.startswith(EARLIER)
+
     seconds: float | None = None
     files: list = field(default_factory=list)
     numbers: list = field(default_factory=list)
@@ -308,6 +318,20 @@ def _load_cache(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | No
     if not all(_file_in(out, f).exists() for f in res.get("files", [])):
         return None  # a figure it made was deleted: recompute
     return entry
+
+
+def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
+    """The newest finished run of ``piece`` in this mode made with other code (another source
+    hash or version) whose files are still there, or None: what a summary can still show, said
+    to be from earlier code -- a full run spread over sittings keeps each piece's figure and
+    numbers from the code that made them."""
+    mode = "quick" if quick else "full"
+    runs = [r for r in cache.rows() if r.get("name") == piece.name and r.get("mode") == mode]
+    for entry in sorted(runs, key=lambda r: str(r.get("finished", "")), reverse=True):
+        res = entry.get("result") or {}
+        if all(_file_in(out, f).exists() for f in res.get("files", [])):
+            return entry
+    return None
 
 
 def _normalise_result(out: Path, result) -> dict:
@@ -525,6 +549,17 @@ def run_reproduce(
                     entry["result"].get("numbers", []),
                     cache_file=str(cache.path),
                 )
+            elif (entry := _load_earlier(cache, out, p, quick)) is not None:
+                when = str(entry.get("finished", ""))[:10] or "date unknown"
+                outcomes[name] = Outcome(
+                    name,
+                    p.module,
+                    f"{EARLIER} ({when})",
+                    entry.get("seconds"),
+                    entry["result"].get("files", []),
+                    entry["result"].get("numbers", []),
+                    cache_file=str(cache.path),
+                )
             else:
                 outcomes[name] = Outcome(name, p.module, "not run")
         ordered = [outcomes[n] for n in pieces if n in outcomes]
@@ -578,7 +613,7 @@ def write_summary(report: Report) -> Path:
     ]
     n_numbers = 0
     for o in report.outcomes:
-        if o.status not in ("ok", "cached"):
+        if not o.has_result:
             continue
         for n in o.numbers:
             lines.append(
@@ -605,7 +640,7 @@ def write_summary(report: Report) -> Path:
         )
     lines += ["", "## Gallery", ""]
     for o in report.outcomes:
-        if o.status not in ("ok", "cached"):
+        if not o.has_result:
             continue
         ref = f" ({o.paper} {o.ref})" if o.ref else ""
         lines += [f"### {o.name}{ref}", ""]
