@@ -58,3 +58,29 @@ def test_erm_checks_of_the_sweep_hold_at_a_converged_point(branch):
     assert row["status"] == "converged", row
     assert row["residual"] < RESIDUAL_TOL, row
     assert row["stationarity"] < STATIONARITY_TOL, row
+
+
+def test_checks_run_on_their_own_cpu_budget(monkeypatch):
+    """A call that answered within its CPU bound is recorded with its status even when the
+    sweep's checks afterwards take longer than that bound (they ran inside the call's budget
+    before: calls at sigma > 1 whose 18 default-rule channel evaluations ran long were recorded
+    "timeout (cpu)"); the call's cpu excludes the checks'."""
+    import theory.cli
+
+    def fake_main(argv):
+        print(json.dumps(dict(status="converged", q=0.1)))
+        return 0
+
+    def slow_checks(setting, res):
+        import time
+
+        t = time.process_time()
+        while time.process_time() - t < 2.5:  # 2.5 s of CPU, past the call's 1 s bound
+            pass
+        return dict(residual=1e-7, stationarity=1e-7)
+
+    monkeypatch.setattr(theory.cli, "main", fake_main)  # the forked child inherits both
+    monkeypatch.setattr(bench, "erm_checks", slow_checks)
+    row = bench.run_call(["erm", "fixed-point", "--json"], 1.0, {}, wall_factor=20.0)
+    assert row["status"] == "converged" and row["residual"] == 1e-7
+    assert row["cpu"] < 1.0 and row["check_cpu"] >= 2.5
