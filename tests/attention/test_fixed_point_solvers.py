@@ -239,6 +239,14 @@ def test_an_exact_cycle_ends_the_loop_instead_of_spending_max_iter():
         max_iter=50,
     )
     assert r.status == "max_iter" and r.iterations == 50 and "cycles" not in r.message
+    r = iterate(  # an algorithm (tol = 0) runs all its steps, even sitting at its fixed point
+        lambda x: (dict(a=-x["a"]), None),
+        dict(a=1.0),
+        strategy=Damped(1.0, adapt=False),
+        tol=0.0,
+        max_iter=20,
+    )
+    assert r.iterations == 20 and "cycles" not in r.message
 
 
 def test_a_fixed_step_run_evaluates_exactly_max_iter_times():

@@ -393,7 +393,8 @@ def iterate(
                 status, message = "converged", ctx.message
                 break
             visits[x.tobytes()] = n = visits.get(x.tobytes(), 0) + 1
-            if n >= CYCLE_VISITS:  # a deterministic map and strategy going round a cycle: stop
+            if n >= CYCLE_VISITS and tol > 0:  # a solve going round a cycle (an algorithm,
+                # tol = 0, runs its max_iter steps even at its fixed point)
                 status = "max_iter"
                 message = (
                     f"the iteration cycles: it accepted the same point {n} times (residual "
