@@ -19,7 +19,7 @@ with one sentence saying how (method, sizes, seeds).  This module
 * writes ``<out>/SUMMARY.md`` (atomically): the table of headline numbers with their "how", the
   status and time of every piece.  A piece not run now and not cached for the current code,
   whose newest run with earlier code left its files, is listed with that run's figure and
-  numbers under the status "earlier code (<date>)", never passed off as current.
+  numbers under the status "earlier code (<date time>)", never passed off as current.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class Piece:
 class Outcome:
     name: str
     module: str
-    status: str  # "ok" | "cached" | "earlier code (<date>)" | "failed" | "not run"
+    status: str  # "ok" | "cached" | "earlier code (<date time>)" | "failed" | "not run"
 
     @property
     def has_result(self) -> bool:
@@ -550,7 +550,7 @@ def run_reproduce(
                     cache_file=str(cache.path),
                 )
             elif (entry := _load_earlier(cache, out, p, quick)) is not None:
-                when = str(entry.get("finished", ""))[:10] or "date unknown"
+                when = str(entry.get("finished", ""))[:16].replace("T", " ") or "date unknown"
                 outcomes[name] = Outcome(
                     name,
                     p.module,
