@@ -12,7 +12,6 @@ parameters.  A branch that collapses onto the trivial one is stopped early (stat
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from theory.attention.state_equations import (
 from theory.results import Result
 from theory.rng import RNGLike
 from theory.solve import DecayStop, solve_two_fidelity
+from theory.store import point_key
 
 __all__ = [
     "BRANCHES",
@@ -431,7 +431,7 @@ def _cheap_spinodal(p, branch, alpha, locate):
     from theory.attention.spinodal import DEFAULT_HINT
 
     above = alpha >= DEFAULT_HINT[branch]
-    key = (json.dumps(p.to_dict(), sort_keys=True, default=str), branch, above)
+    key = (point_key(p.to_dict()), branch, above)
     s = _CHEAP_SPINODALS.get(key)
     if s is None:
         first = (alpha, None) if above else (None, alpha)
