@@ -109,12 +109,6 @@ class Outcome:
     name: str
     module: str
     status: str  # "ok" | "cached" | "earlier code (<date time>)" | "failed" | "not run"
-
-    @property
-    def has_result(self) -> bool:
-        """A figure and numbers to show: run now, cached, or kept from earlier code."""
-        return self.status in ("ok", "cached") or self.status.startswith(EARLIER)
-
     seconds: float | None = None
     files: list = field(default_factory=list)
     numbers: list = field(default_factory=list)
@@ -123,6 +117,11 @@ class Outcome:
     paper: str | None = None
     ref: str | None = None
     what: str | None = None
+
+    @property
+    def has_result(self) -> bool:
+        """A figure and numbers to show: run now, cached, or kept from earlier code."""
+        return self.status in ("ok", "cached") or self.status.startswith(EARLIER)
 
     def to_dict(self) -> dict:
         return to_jsonable(
@@ -312,12 +311,14 @@ def _file_in(out: Path, f) -> Path:
 
 def _load_cache(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
     entry = cache.get(cache_key(piece, quick))
-    if entry is None:
-        return None
-    res = entry.get("result") or {}
-    if not all(_file_in(out, f).exists() for f in res.get("files", [])):
-        return None  # a figure it made was deleted: recompute
+    if entry is None or not _files_kept(out, entry):
+        return None  # never run, or a figure it made was deleted: recompute
     return entry
+
+
+def _files_kept(out: Path, entry: dict) -> bool:
+    """Every file a cached run lists is still there."""
+    return all(_file_in(out, f).exists() for f in (entry.get("result") or {}).get("files", []))
 
 
 def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
@@ -327,11 +328,8 @@ def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | 
     numbers from the code that made them."""
     mode = "quick" if quick else "full"
     runs = [r for r in cache.rows() if r.get("name") == piece.name and r.get("mode") == mode]
-    for entry in sorted(runs, key=lambda r: str(r.get("finished", "")), reverse=True):
-        res = entry.get("result") or {}
-        if all(_file_in(out, f).exists() for f in res.get("files", [])):
-            return entry
-    return None
+    runs.sort(key=lambda r: str(r.get("finished", "")), reverse=True)
+    return next((entry for entry in runs if _files_kept(out, entry)), None)
 
 
 def _normalise_result(out: Path, result) -> dict:
