@@ -66,6 +66,14 @@ def _newton_then_anderson(Fc, stalled, tol, mixing, left, common) -> IterationRe
     return _with(out, iterations=out.iterations + qn.iterations)
 
 
+def _damped_finish(F, last, mixing, tol, max_iter, common):
+    """The plain damped iteration at half the mixing from ``last``'s point, for ``max_iter``
+    maps (at least one): the way out when Anderson locks into a cycle where the map is rough."""
+    return iterate(
+        F, dict(last.x), strategy=Damped(mixing / 2), tol=tol, max_iter=max(max_iter, 1), **common
+    )
+
+
 def solve_two_fidelity(
     F: Callable[[dict], tuple[dict, Any]],
     x0: Mapping,
@@ -196,14 +204,7 @@ def solve_two_fidelity(
                     # iteration, half the mixing, from there, for what is left of the budget
                     note = f"{note}; Anderson {out.message}, finished with the damped iteration"
                     iters += out.iterations
-                    out = iterate(
-                        F,
-                        dict(out.x),
-                        strategy=Damped(mixing / 2),
-                        tol=tol,
-                        max_iter=max(max_iter - iters, 1),
-                        **common,
-                    )
+                    out = _damped_finish(F, out, mixing, tol, max_iter - iters, common)
                 msg = f"{note}; {out.message}" if out.message else note
                 out = _with(out, iterations=out.iterations + iters, message=msg)
         if out.status == "converged" and two and pre is not None and pre.jacobian is not None:
@@ -226,14 +227,7 @@ def solve_two_fidelity(
                 # Anderson can lock into a cycle where the map is rough: finish with the plain
                 # damped iteration, half the mixing, from the last point
                 n0 = out.iterations
-                out = iterate(
-                    F,
-                    dict(out.x),
-                    strategy=Damped(mixing / 2),
-                    tol=tol,
-                    max_iter=max_iter,
-                    **common,
-                )
+                out = _damped_finish(F, out, mixing, tol, max_iter, common)
                 note = "Anderson did not converge, finished with the damped iteration"
                 msg = f"{out.message}; {note}" if out.message else note
                 out = _with(out, iterations=out.iterations + n0, message=msg)
