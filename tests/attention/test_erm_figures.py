@@ -111,3 +111,42 @@ def test_run_sims_keeps_runs_of_another_test_set_apart(tmp_path):
     n = len(store.rows())
     again = [run_sims(pt, store=store, n_test=k, progress=False)[0] for k in (400, 100)]
     assert [r["eps_g"] for r in again] == [a["eps_g"], b["eps_g"]] and len(store.rows()) == n
+
+
+def _eps_g_of_q0(sigma, omega, a11=0.6):
+    """ε_g of the student Q = 0 (uniform attention), by adaptive 2-D quadrature: with
+    S(0) = 1/2 everywhere and rows summing to 1, ε_g = 2σ² E[(T_11 - 1/2)²],
+    T_11 = (1-ω) softmax(h h^T)_11 + ω A_11, h ~ N(0, σ² I_2) (reference teacher, ρ = σ²)."""
+    from scipy import integrate
+
+    rho = sigma**2
+
+    def f(a, b):
+        t11 = (1 - omega) / (1 + math.exp(a * b - a * a)) + omega * a11
+        return (t11 - 0.5) ** 2 * math.exp(-(a * a + b * b) / (2 * rho)) / (2 * math.pi * rho)
+
+    c = 12 * sigma
+    v, _ = integrate.dblquad(f, -c, c, -c, c, epsabs=1e-13)
+    return 2 * rho * v
+
+
+def test_global_minimiser_is_the_trivial_point_where_no_branch_exists():
+    # sigma = 0.3, omega = 0.3: the semantic branch exists nowhere below alpha_max and the
+    # positional one only above alpha ~ 0.5 (its order parameter decays at 0.2 and 0.3; the
+    # L-BFGS minimisers of the erm-slices run at d = 1000 sit at m = 0 there too), so the global
+    # minimiser is the trivial point, here Q = 0 (q -> 0): its eps_g is the uniform-attention
+    # student's. Tolerance: the quick rule's quadrature error on this teacher average, measured
+    # 2.5e-6 relative (the figure rule's agrees with the adaptive quadrature to 1e-11).
+    from theory.attention import ERMParams, curve
+    from theory.attention.figures.simulation import figure_rule, theory_curve
+
+    p = ERMParams(omega=0.3, sigma=0.3)
+    ref = _eps_g_of_q0(0.3, 0.3)
+    th = theory_curve([0.2, 0.3], p, rule=figure_rule(True))
+    assert [r["branch"] for r in th["global_"]] == ["trivial", "trivial"]
+    for r in th["global_"]:
+        assert r["eps_g"] == pytest.approx(ref, rel=2e-5)
+        assert r["q"] < 1e-8
+    c = curve([0.2], p, ("positional", "trivial"), rule=figure_rule(True))
+    (g,) = c.global_minimiser()  # the positional start collapsed: only the trivial point is left
+    assert g.branch == "trivial" and g.eps_g == pytest.approx(ref, rel=2e-5)

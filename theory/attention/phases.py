@@ -108,7 +108,8 @@ class CurveResult(Result):
     """Fixed points along α, branch by branch and sweep by sweep, each in increasing α
     (``points``; iterating over the result iterates over them).  ``rows()``: one tidy row
     per point; ``branch(name)``: the points started on that branch; ``global_minimiser()``:
-    per α the converged point, on the branch it was started on, with the lowest ε_t."""
+    per α the converged point with the lowest ε_t, on the branch it was started on or at the
+    trivial point a start flowed to."""
 
     omega: float
     points: tuple = ()
@@ -126,7 +127,7 @@ class CurveResult(Result):
         return [r for r in self.points if r.init == name]
 
     def global_minimiser(self) -> list[ERMResult]:
-        return global_minimiser([r for r in self.points if r.branch == r.init])
+        return global_minimiser([r for r in self.points if r.branch in (r.init, "trivial")])
 
     def rows(self) -> list[dict]:
         return [

@@ -213,18 +213,25 @@ def _theory_tag(params: ERMParams, rule) -> dict:
 
 
 def theory_curve(alphas, params: ERMParams, *, rule=None, store: Store | None = None) -> dict:
-    """Both branches along ``alphas`` (:func:`~theory.attention.curve`, one row per point),
-    their global minimiser (``global_``) and the linear baseline (``eps_g_lin``); the curve is
-    kept in ``store``."""
+    """The semantic, positional and trivial fixed points along ``alphas``
+    (:func:`~theory.attention.curve`, one row per point), their global minimiser (``global_``)
+    and the linear baseline (``eps_g_lin``); the curves are kept in ``store``.
+
+    The trivial point (m = θ = 0) exists at every α, so the global minimiser is defined where
+    neither branch exists (below the positional branch's onset, or where a start flows to it)."""
     store = Store(None) if store is None else store
     rule = make_rule() if rule is None else rule
-    ckey = dict(_theory_tag(params, rule), kind="curve", alphas=[float(a) for a in alphas])
-    rows = store.get(ckey)
-    if rows is None:
-        rows = store.put(ckey, dict(rows=curve(alphas, params, rule=rule).rows()))
-    rows = rows["rows"]
-    on_branch = [r for r in rows if r["branch"] == r["init"]]
-    return dict(rows=rows, global_=global_minimiser(on_branch), eps_g_lin=linear_baseline(params))
+    alphas = [float(a) for a in alphas]
+    rows = []
+    for kind, branches in (("curve", ("semantic", "positional")), ("curve_trivial", ("trivial",))):
+        key = dict(_theory_tag(params, rule), kind=kind, alphas=alphas)
+        got = store.get(key)
+        if got is None:
+            got = store.put(key, dict(rows=curve(alphas, params, branches, rule=rule).rows()))
+        rows += got["rows"]
+    # a start that flowed to the trivial point found it too: a candidate like the others
+    fixed = [r for r in rows if r["branch"] in (r["init"], "trivial")]
+    return dict(rows=rows, global_=global_minimiser(fixed), eps_g_lin=linear_baseline(params))
 
 
 def theory_lines(alphas, params: ERMParams, *, rule=None, store: Store | None = None) -> dict:
@@ -244,7 +251,7 @@ def _delta(rows):
     """Δε_t = ε_t(semantic) - ε_t(positional) of the theory where both branches exist."""
     by = {}
     for r in rows:
-        if r["status"] == "converged" and r["branch"] == r["init"]:
+        if r["init"] in ("semantic", "positional") and _on_branch(r):
             by.setdefault(r["alpha"], {})[r["init"]] = r["eps_t"]
     common = sorted(a for a, g in by.items() if len(g) == 2)
     return common, [by[a]["semantic"] - by[a]["positional"] for a in common]
@@ -425,18 +432,7 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
             ms=7,
             label=f"{branch} init, authors' GD (d=1000)",
         )
-    first = True
-    for branch in ("positional", "semantic"):  # separate pieces: eps_g jumps at alpha_c
-        seg = [r for r in th["global_"] if r["branch"] == branch]
-        if seg:
-            ax.plot(
-                [r["alpha"] for r in seg],
-                [r["eps_g"] for r in seg],
-                "C3-",
-                lw=2.2,
-                label="global minimiser (theory)" if first else None,
-            )
-            first = False
+    _draw_global(ax, th, "C3", "global minimiser (theory)", lw=2.2)
     ax.axhline(th["eps_g_lin"], color="C4", lw=1.5, label="linear baseline (theory)")
     xs, mu, se = _sim_stats(gm, "alpha", "eps_g")
     ax.errorbar(xs, mu, yerr=se, color="C3", label=f"global minimiser (simulation, d={d})", **ms)
@@ -708,21 +704,25 @@ SLICES = (
 _SYMBOL = dict(omega=r"\omega", sigma=r"\sigma", lam=r"\lambda")
 
 
-def _draw_global(ax, th, color, label, scale=1.0):
-    """The theory's global-minimiser ε_g along α (one segment per branch: it jumps at α_c)."""
-    first = True
-    for branch in ("positional", "semantic"):
-        seg = [r for r in th["global_"] if r["branch"] == branch]
-        if seg:
-            ax.plot(
-                [r["alpha"] for r in seg],
-                [r["eps_g"] / scale for r in seg],
-                "-",
-                color=color,
-                lw=1.6,
-                label=label if first else None,
-            )
-            first = False
+def _draw_global(ax, th, color, label, scale=1.0, lw=1.6):
+    """The theory's global-minimiser ε_g along α: one segment per run of consecutive α on one
+    branch (ε_g jumps at α_c; the trivial point's segment joins the positional branch's at
+    its continuous onset)."""
+    runs = []
+    for r in th["global_"]:
+        if runs and runs[-1][-1]["branch"] == r["branch"]:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    for i, seg in enumerate(runs):
+        ax.plot(
+            [r["alpha"] for r in seg],
+            [r["eps_g"] / scale for r in seg],
+            "-",
+            color=color,
+            lw=lw,
+            label=label if i == 0 else None,
+        )
 
 
 @reproduces(
