@@ -21,6 +21,7 @@ import numpy as np
 from theory import ssi
 from theory._util import atomic_savefig
 from theory.plotting import reproduces, use_agg
+from theory.published import PUBLISHED
 from theory.ssi.figures.phase import plot_landscape
 from theory.store import Store
 
@@ -946,14 +947,17 @@ def fig_yellow_region(out_dir, quick):
     ["sgd-attention-vs-square.png"],
 )
 def fig_attention_vs_square(out_dir, quick):
-    """Steps for m to reach eta = 0.5 from m0 = 1/sqrt(d) (package ODE), gamma = 5e-4, d = 1000,
-    for tied softmax attention (trace/sqrt(L) reduction, no encoding) and the untied network with
+    """Steps for m to reach eta from m0 = 1/sqrt(d) (package ODE), gamma = 5e-4, d = 1000, for
+    tied softmax attention (trace/sqrt(L) reduction, no encoding) and the untied network with
     sigma = z^2 (the authors' configuration; the caption says tied), target
-    (1/sqrt(L)) sum_l He2(z_l)/sqrt(2).  SGD is not run: ~1e7 steps per run at every L."""
-    d, lr, eta = 1000, 5e-4, 0.5
+    (1/sqrt(L)) sum_l He2(z_l)/sqrt(2), at the package's threshold eta = 0.5 and at eta = 0.2,
+    where all four published crossing times land (docs/published-vs-computed.md §4).  SGD is
+    not run: ~1e7 steps per run at every L."""
+    d, lr, etas = 1000, 5e-4, (0.5, 0.2)
     Ls = [3, 5] if quick else list(range(3, 10))
     m0 = 1 / math.sqrt(d)
-    nu = {"attention": [], "square": []}
+    nets = ("attention", "square")
+    nu = {(key, eta): [] for key in nets for eta in etas}
     for L in Ls:
         tg = "(" + " + ".join(f"He2(z{i + 1})" for i in range(L)) + f")/sqrt(2*{L})"
         models = {
@@ -963,17 +967,26 @@ def fig_attention_vs_square(out_dir, quick):
             "square": ssi.UntiedNetwork(tg, L, activation="square"),
         }
         for key, model in models.items():
-            r = ssi.integrate_ode(model, lr, d, m0=m0, eta=eta)
-            nu[key].append(math.nan if r.steps_escape is None else float(r.steps_escape))
-    pub = {"attention": {3: 8e6, 9: 1.05e7}, "square": {3: 3.5e6, 9: 1.8e7}}
+            for eta in etas:
+                r = ssi.integrate_ode(model, lr, d, m0=m0, eta=eta)
+                nu[key, eta].append(math.nan if r.steps_escape is None else float(r.steps_escape))
+    pub = {
+        key: {
+            r.params["L"]: r.value
+            for r in PUBLISHED
+            if r.key.startswith(f"arnaboldi2025/crossing/fig10/{key}/")
+        }
+        for key in nets
+    }
     fig, ax = _fig(figsize=(6.6, 4.8))
-    for j, key in enumerate(("attention", "square")):
+    for j, key in enumerate(nets):
         lab = (
             "tied softmax attention, Tr/√L, no PE"
             if key == "attention"
             else "untied network, σ(u) = u²"
         )
-        ax.plot(Ls, nu[key], "o-", color=f"C{j}", label=f"{lab} (package ODE)")
+        for eta, ls in zip(etas, ("o-", "s--"), strict=True):
+            ax.plot(Ls, nu[key, eta], ls, color=f"C{j}", ms=4, label=f"{lab}, η = {eta}")
         px = [L for L in sorted(pub[key]) if L <= Ls[-1]]
         ax.plot(
             px,
@@ -988,35 +1001,49 @@ def fig_attention_vs_square(out_dir, quick):
     _labels(
         ax,
         "sequence length L",
-        f"steps ν for m to reach η = {eta}",
+        "steps ν for m to reach η",
         f"Fig. 10: target (1/√L) Σ He2(z_l)/√2, γ = {lr:g}, d = {d}, m0 = 1/√d\n"
         "package ODE (theory); SGD not run",
     )
     ax.legend(fontsize=7, loc="lower right")
-    a, sq = np.array(nu["attention"]), np.array(nu["square"])
-    faster = [L for L, x, y in zip(Ls, a, sq) if x < y]
     how = (
-        f"package ODE (integrate_ode), eta={eta}, m0=1/sqrt(d), gamma={lr:g}, d={d}, "
+        f"package ODE (integrate_ode), m0=1/sqrt(d), gamma={lr:g}, d={d}, "
         f"L={Ls}; attention engine: exact Hermite coefficients x student moments "
         "(Gauss-Hermite L <= 4, scrambled Sobol 2^15 above)"
     )
-    numbers = [
-        dict(
-            name=f"sgd_attention_vs_square_nu_attention_L{Ls[0]}",
-            value=float(a[0]),
-            how=f"{how}; published ~8e6 at L=3",
-        ),
-        dict(
-            name=f"sgd_attention_vs_square_nu_square_L{Ls[0]}",
-            value=float(sq[0]),
-            how=f"{how}; published ~3.5e6 at L=3",
-        ),
-        dict(
-            name="sgd_attention_vs_square_first_L_attention_faster",
-            value=faster[0] if faster else None,
-            how=f"smallest L where the attention ODE escapes first; {how}; published: L >~ 6",
-        ),
-    ]
+    numbers = []
+    for eta in etas:
+        tag = "" if eta == 0.5 else f"_eta{eta:g}"
+        for key in nets:
+            for i, L in enumerate(Ls):
+                read = f"; published (read off Fig. 10) {pub[key][L]:.3g}" if L in pub[key] else ""
+                numbers.append(
+                    dict(
+                        name=f"sgd_attention_vs_square{tag}_nu_{key}_L{L}",
+                        value=float(nu[key, eta][i]),
+                        how=f"eta={eta}, {how}{read}",
+                    )
+                )
+        a, sq = np.array(nu["attention", eta]), np.array(nu["square", eta])
+        faster = [L for L, x, y in zip(Ls, a, sq) if x < y]
+        numbers.append(
+            dict(
+                name=f"sgd_attention_vs_square{tag}_first_L_attention_faster",
+                value=faster[0] if faster else None,
+                how=f"smallest L where the attention ODE escapes first; eta={eta}, {how}; "
+                "published: L >~ 6",
+            )
+        )
+        for L in sorted(set(pub["square"]) & set(pub["attention"]) & set(Ls)):
+            i = Ls.index(L)
+            numbers.append(
+                dict(
+                    name=f"sgd_attention_vs_square{tag}_ratio_L{L}",
+                    value=float(sq[i] / a[i]),
+                    how=f"square over attention crossing steps; eta={eta}, {how}; published "
+                    f"{pub['square'][L] / pub['attention'][L]:.3g}",
+                )
+            )
     return dict(files=[_save(fig, out_dir, "sgd-attention-vs-square")], numbers=numbers)
 
 
