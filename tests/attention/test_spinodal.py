@@ -351,3 +351,29 @@ def test_the_fold_walk_goes_down_from_a_start_high_on_the_branch():
     t_fold, alpha_fold, why = amp.fold(0.7, -0.05, -1.0)
     assert t_fold == pytest.approx(0.125**0.5, abs=2e-3), why
     assert alpha_fold == pytest.approx(10.0 - 0.25 / 8.0, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_without_a_positional_branch_alpha_c_is_where_the_semantic_branch_takes_over():
+    # A = [[0.3, 0.7], [0.8, 0.2]], omega = 0.14: the tied student's positional scores +-m^2
+    # favour the diagonal, the positional start collapses onto the trivial point, and the
+    # semantic branch begins at a fold just below its subcritical pitchfork. The transition's
+    # rival is then the trivial point, and alpha_c lies at the fold (within the 1e-3 relative
+    # step the search takes above it). Checked by plain solves around it: no positional branch
+    # at 1.5 alpha_c, the semantic fixed point below the trivial one in eps_t above alpha_c.
+    from theory.attention.figures.simulation import figure_rule
+
+    rule = figure_rule(True)
+    p = A.ERMParams(omega=0.14, A=((0.3, 0.7), (0.8, 0.2)))
+    t = A.transition(p, rule=rule)
+    assert t.status == "converged", t.message
+    a_s = t.alpha_spinodal_semantic
+    assert a_s <= t.alpha_c <= a_s * 1.002
+    assert "no positional branch" in t.message
+    pos = A.fixed_point(1.5 * t.alpha_c, p, "positional", rule=rule)
+    assert pos.converged and pos.branch == "trivial"
+    for a in (1.05 * t.alpha_c, 2 * t.alpha_c):
+        sem = A.fixed_point(a, p, "semantic", rule=rule)
+        triv = A.fixed_point(a, p, "trivial", rule=rule)
+        assert sem.converged and sem.branch == "semantic"
+        assert sem.eps_t < triv.eps_t

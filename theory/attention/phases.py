@@ -289,7 +289,8 @@ def _semantic_at_alpha_max(p, alpha_max, fp_kwargs) -> TransitionResult | None:
 
 
 def _eps_g_minus(r, b, eps_lin):
-    if not (r.converged and r.branch == b):
+    """ε_g - ε_g^lin of ``r`` when it converged on branch ``b`` (a name or a tuple), else nan."""
+    if not (r.converged and r.branch in ((b,) if isinstance(b, str) else b)):
         return math.nan
     return r.eps_g - eps_lin
 
@@ -345,7 +346,7 @@ def transition(
         spin["positional"] = spinodal(p, "positional", alpha_max=alpha_max, rule=rule)
     spin_fields = {f"alpha_spinodal_{b}": s.alpha_spinodal for b, s in spin.items() if s.converged}
     spin_meta = {f"spinodal_{b}": s.message for b, s in spin.items()}
-    solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}}
+    solved: dict[str, dict[float, ERMResult]] = {"semantic": {}, "positional": {}, "trivial": {}}
     bar = None
     if progress:
         from tqdm import tqdm
@@ -382,9 +383,20 @@ def transition(
             bar.update(1)
         return r
 
+    def rival(a):
+        # the positional branch, or the trivial point where the positional start collapses onto
+        # it (the branch does not exist there; a non-symmetric A can have none at all)
+        rp = solve_at(a, "positional")
+        if ok(rp, "positional"):
+            return rp
+        if ok(rp, "trivial") or (rp is not None and rp.metadata.get("collapsed")):
+            rt = solve_at(a, "trivial")
+            return rt if ok(rt, "trivial") else None
+        return None
+
     def dE(a):
-        rs, rp = solve_at(a, "semantic"), solve_at(a, "positional")
-        if not (ok(rs, "semantic") and ok(rp, "positional")):
+        rs, rp = solve_at(a, "semantic"), rival(a)
+        if not ok(rs, "semantic") or rp is None:
             return math.nan
         return rs.eps_t - rp.eps_t
 
@@ -409,14 +421,51 @@ def transition(
         and all(math.isfinite(v) and v > 0 for v in values[-2:])
         and max(grid) >= alpha_max
     )
+
+    def onset():
+        # no sign change: with no positional branch, a semantic branch below the trivial point
+        # wherever it was solved took over at its spinodal -- (α_c, note), or None
+        sp = spin["semantic"]
+        finite = [(a, v) for a, v in rc.values if math.isfinite(v)]
+        if not (sp.converged and finite and solved["trivial"]) or any(v >= 0 for _, v in finite):
+            return None
+        if any(r.converged and r.branch == "positional" for r in solved["positional"].values()):
+            return None
+        a_s, a_min = sp.alpha_spinodal, min(a for a, _ in finite)
+        if sp.kind != "saddle-node":
+            return a_s, "continuous: the semantic branch leaves the trivial point at its spinodal"
+        a1 = a_s * (1 + 1e-3)
+        v1 = dE(a1) if a1 < a_min else math.nan
+        if math.isfinite(v1) and v1 > 0:
+            r = find_root(dE, [a1, a_min], xtol=xtol)
+            if r.status == "converged":
+                return r.root, "first order between the semantic branch and the trivial point"
+        return a_s, (
+            "the semantic branch (a fold at α_s) lies below the trivial point wherever solved, "
+            f"from α = {min(a_min, a1):.6g}: α_c is taken at α_s"
+        )
+
+    took_over = None if rc.status == "converged" else onset()
     if rc.status == "converged":
-        rs, rp = solve_at(alpha_c, "semantic"), solve_at(alpha_c, "positional")
+        rs, rp = solve_at(alpha_c, "semantic"), rival(alpha_c)
         out.update(
             alpha_c=alpha_c,
             eps_g_sem_at_alpha_c=rs.eps_g,
             eps_g_pos_at_alpha_c=rp.eps_g,
             eps_t_at_alpha_c=0.5 * (rs.eps_t + rp.eps_t),
         )
+    elif took_over is not None:
+        alpha_c, note = took_over
+        rt = solve_at(alpha_c, "trivial")
+        rs = solve_at(alpha_c, "semantic")
+        rs = rs if ok(rs, "semantic") else rt
+        out.update(
+            alpha_c=alpha_c,
+            eps_g_sem_at_alpha_c=rs.eps_g,
+            eps_g_pos_at_alpha_c=rt.eps_g,
+            eps_t_at_alpha_c=0.5 * (rs.eps_t + rt.eps_t),
+        )
+        msgs.append(f"alpha_c: no positional branch; {note}")
     else:
         msgs.append(f"alpha_c: {rc.message or rc.status}")
     alpha_l, l_branch = math.nan, ""
@@ -424,7 +473,9 @@ def transition(
         rl: object = None
         if out["eps_g_pos_at_alpha_c"] < eps_lin:
             # the positional minimiser is already below the baseline: α_l lies below α_c
-            f = lambda a: _eps_g_minus(solve_at(a, "positional"), "positional", eps_lin)
+            f = lambda a: _eps_g_minus(
+                solve_at(a, "positional"), ("positional", "trivial"), eps_lin
+            )
             g = bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
             rl, l_branch = find_root(f, g, xtol=xtol), "positional"
         elif out["eps_g_sem_at_alpha_c"] < eps_lin:

@@ -577,7 +577,9 @@ def fig_phase_diagram_other_a(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
 
     p = PARAMS.replace(A=((0.3, 0.7), (0.8, 0.2)))
-    omegas_th = [] if quick else [0.1, 0.14, 0.2]
+    # the theory at the two ω of the authors' stored crossings (each transition searches the
+    # semantic branch's fold, there being no positional branch: docs/attention.md §7)
+    omegas_th = [] if quick else [0.14, 0.15]
     pubs = dict(alpha_c=pub.ALPHA_C_OTHER_A)
     return _phase_heatmaps(out_dir, quick, p, "erm-phase-diagram-otherA", omegas_th, pubs)
 
