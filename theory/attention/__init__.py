@@ -35,6 +35,7 @@ from theory.attention.phases import (
     TransitionResult,
     curve,
     global_minimiser,
+    is_candidate,
     phase_diagram,
     transition,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "free_energy",
     "global_minimiser",
     "hats_from_channel",
+    "is_candidate",
     "label_branch",
     "linear_baseline",
     "linear_baseline_B",

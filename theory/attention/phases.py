@@ -37,6 +37,7 @@ __all__ = [
     "classify",
     "curve",
     "global_minimiser",
+    "is_candidate",
     "phase_diagram",
     "point_row",
     "regions",
@@ -84,6 +85,17 @@ def _field(r, k):
     return r[k] if isinstance(r, Mapping) else getattr(r, k)
 
 
+def is_candidate(r) -> bool:
+    """Whether the fixed point ``r`` (a result or its row) competes for the global minimiser:
+    converged on the branch it was started on, or at the trivial point (m = θ = 0) a start
+    flowed to -- the trivial point is a fixed point at every α, and the global minimiser
+    wherever neither branch exists (docs/attention.md §7)."""
+    return _field(r, "status") in ("converged", "ok") and _field(r, "branch") in (
+        _field(r, "init"),
+        "trivial",
+    )
+
+
 def global_minimiser(results: Sequence, *, by: Sequence[str] = ("alpha",)) -> list:
     """The global minimiser (docs/attention.md §7): among the converged candidates with a finite
     ε_t that share the fields ``by`` (default: the same α), the one with the lowest ε_t; sorted
@@ -127,7 +139,7 @@ class CurveResult(Result):
         return [r for r in self.points if r.init == name]
 
     def global_minimiser(self) -> list[ERMResult]:
-        return global_minimiser([r for r in self.points if r.branch in (r.init, "trivial")])
+        return global_minimiser([r for r in self.points if is_candidate(r)])
 
     def rows(self) -> list[dict]:
         return [
@@ -288,11 +300,9 @@ def _semantic_at_alpha_max(p, alpha_max, fp_kwargs) -> TransitionResult | None:
     )
 
 
-def _eps_g_minus(r, b, eps_lin):
-    """ε_g - ε_g^lin of ``r`` when it converged on branch ``b`` (a name or a tuple), else nan."""
-    if not (r.converged and r.branch in ((b,) if isinstance(b, str) else b)):
-        return math.nan
-    return r.eps_g - eps_lin
+def _eps_g_minus(r, eps_lin):
+    """ε_g - ε_g^lin of the candidate ``r`` (None: nan)."""
+    return math.nan if r is None else r.eps_g - eps_lin
 
 
 def transition(
@@ -384,21 +394,24 @@ def transition(
         return r
 
     def rival(a):
-        # the positional branch, or the trivial point where the positional start collapses onto
-        # it (the branch does not exist there; a non-symmetric A can have none at all)
+        # the semantic branch's rival for the global minimiser: the positional branch, or the
+        # trivial point where the positional start collapses onto it (the branch does not exist
+        # there; a non-symmetric A can have none at all) -- a converged result, or None
         rp = solve_at(a, "positional")
         if ok(rp, "positional"):
             return rp
         if ok(rp, "trivial") or (rp is not None and rp.metadata.get("collapsed")):
             rt = solve_at(a, "trivial")
-            return rt if ok(rt, "trivial") else None
+            return rt if is_candidate(rt) else None
         return None
 
+    def semantic(a):
+        rs = solve_at(a, "semantic")
+        return rs if ok(rs, "semantic") else None
+
     def dE(a):
-        rs, rp = solve_at(a, "semantic"), rival(a)
-        if not ok(rs, "semantic") or rp is None:
-            return math.nan
-        return rs.eps_t - rp.eps_t
+        rs, rp = semantic(a), rival(a)
+        return math.nan if rs is None or rp is None else rs.eps_t - rp.eps_t
 
     msgs = []
     if alphas is not None:
@@ -473,15 +486,13 @@ def transition(
         rl: object = None
         if out["eps_g_pos_at_alpha_c"] < eps_lin:
             # the positional minimiser is already below the baseline: α_l lies below α_c
-            f = lambda a: _eps_g_minus(
-                solve_at(a, "positional"), ("positional", "trivial"), eps_lin
-            )
+            f = lambda a: _eps_g_minus(rival(a), eps_lin)
             g = bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
             rl, l_branch = find_root(f, g, xtol=xtol), "positional"
         elif out["eps_g_sem_at_alpha_c"] < eps_lin:
             l_branch, alpha_l = "jump", alpha_c
         else:
-            f = lambda a: _eps_g_minus(solve_at(a, "semantic"), "semantic", eps_lin)
+            f = lambda a: _eps_g_minus(semantic(a), eps_lin)
             if hint_l and hint_l > alpha_c:
                 g = bracket(f, float(hint_l), sign_below=+1.0, step=step, lo=alpha_c)
             else:

@@ -30,7 +30,13 @@ from theory.attention.figures.linear import fig_linear_baseline
 from theory.attention.finite_d.gd import simulate_gd
 from theory.attention.finite_d.problem import make_problem
 from theory.attention.params import ERMParams
-from theory.attention.phases import curve, global_minimiser, phase_diagram, transition
+from theory.attention.phases import (
+    curve,
+    global_minimiser,
+    is_candidate,
+    phase_diagram,
+    transition,
+)
 from theory.attention.quadrature import coarse_rule, make_rule
 from theory.attention.solver import fixed_point
 from theory.plotting import mean_and_sem, reproduces, use_agg
@@ -229,9 +235,8 @@ def theory_curve(alphas, params: ERMParams, *, rule=None, store: Store | None = 
         if got is None:
             got = store.put(key, dict(rows=curve(alphas, params, branches, rule=rule).rows()))
         rows += got["rows"]
-    # a start that flowed to the trivial point found it too: a candidate like the others
-    fixed = [r for r in rows if r["branch"] in (r["init"], "trivial")]
-    return dict(rows=rows, global_=global_minimiser(fixed), eps_g_lin=linear_baseline(params))
+    glob = global_minimiser([r for r in rows if is_candidate(r)])
+    return dict(rows=rows, global_=glob, eps_g_lin=linear_baseline(params))
 
 
 def theory_lines(alphas, params: ERMParams, *, rule=None, store: Store | None = None) -> dict:
