@@ -519,3 +519,62 @@ def test_pieces_run_on_any_executor_and_on_dask(fake):
 
     assert numbers(serial) == numbers(pooled) == numbers(on_dask)
     assert {o.name: o.status for o in again.outcomes}["good"] == "cached"
+
+
+def test_list_schedule_is_the_makespan_of_a_pool_taking_pieces_in_order():
+    # by hand: 5 -> w1, 4 -> w2, 3 -> w2 (7), 3 -> w1 (8), 3 -> w2 (10)
+    assert rp.list_schedule([5, 4, 3, 3, 3], 2) == 10
+    assert rp.list_schedule([5, 4, 3, 3, 3], 1) == 18
+    assert rp.list_schedule([1, 1, 1, 1], 3) == 2
+    assert rp.list_schedule([], 2) == 0
+    with pytest.raises(ValueError, match="workers"):
+        rp.list_schedule([1.0], 0)
+
+
+CUT = textwrap.dedent("""
+    from pathlib import Path
+    from theory.plotting import reproduces
+
+
+    @reproduces("cui2024", "Fig. 9", "a cut piece", ["cut.png"], cut="2 of 10 seeds: +1 CPU-h")
+    def cut(out_dir, quick):
+        (Path(out_dir) / "cut.png").write_bytes(b"x")
+        return dict(files=["cut.png"], numbers=[])
+
+
+    @reproduces("beyond", "check", "an uncut piece", ["whole.png"])
+    def whole(out_dir, quick):
+        (Path(out_dir) / "whole.png").write_bytes(b"x")
+        return dict(files=["whole.png"], numbers=[])
+
+
+    FIGURES = {"cut": cut, "whole": whole}
+""")
+
+
+def test_summary_states_the_compute_budget_and_each_cut(tmp_path, monkeypatch):
+    name = f"fake_cut_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(CUT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        rows = {r["name"]: r for r in rp.list_pieces(tmp_path / "o", False, modules=[name])}
+        assert rows["cut"]["cut"] == "2 of 10 seeds: +1 CPU-h" and rows["whole"]["cut"] == ""
+        for quick in (False, True):
+            rep = rp.run_reproduce(
+                out=tmp_path / str(quick),
+                quick=quick,
+                modules=[name],
+                progress=False,
+                log=lambda m: None,
+            )
+            text = (tmp_path / str(quick) / "SUMMARY.md").read_text()
+            budget = text.split("## Compute budget", 1)[1].split("## Gallery", 1)[0]
+            total = sum(o.seconds for o in rep.outcomes)
+            assert f"sum to {total:.0f} s" in budget and "over 2 piece(s)" in budget
+            assert ("| cut |" in budget and "2 of 10 seeds: +1 CPU-h" in budget) is not quick
+            assert ("Target: about 3 h on 2 cores; these times are within it" in budget) is (
+                not quick
+            )
+            assert "| whole |" not in budget
+    finally:
+        sys.modules.pop(name, None)

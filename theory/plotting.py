@@ -34,16 +34,20 @@ PAPERS = {
 class Reproduces:
     """What a ``theory reproduce`` piece reproduces: ``paper`` (a key of :data:`PAPERS`), the
     figure ``ref`` in it (``"Fig. 3"``, ``"App. finite-size"``), one line on ``what`` it shows,
-    and the ``files`` it writes (names relative to the output folder)."""
+    the ``files`` it writes (names relative to the output folder), and ``cut``: what its full
+    mode runs less of than the published protocol (seeds; d, grids and step counts are kept)
+    and what the published count would cost ("" when nothing is cut)."""
 
     paper: str
     ref: str
     what: str
     files: tuple[str, ...]
+    cut: str = ""
 
 
-def reproduces(paper: str, ref: str, what: str, files):
-    """Decorator for a figure function: record what it reproduces (see :class:`Reproduces`).
+def reproduces(paper: str, ref: str, what: str, files, *, cut: str = ""):
+    """Decorator for a figure function: record what it reproduces (see :class:`Reproduces`;
+    ``cut``: what full mode runs less of than the published protocol, and its full cost).
 
     >>> @reproduces("arnaboldi2025", "Fig. 4", "the (a, omega) phase diagram", ["pd.png"])
     ... def fig(out_dir, quick): ...
@@ -57,7 +61,7 @@ def reproduces(paper: str, ref: str, what: str, files):
     files = (files,) if isinstance(files, str) else tuple(files)
     if not files:
         raise ValueError("a reproduced figure needs at least one file name")
-    meta = Reproduces(paper, str(ref), str(what), tuple(str(f) for f in files))
+    meta = Reproduces(paper, str(ref), str(what), tuple(str(f) for f in files), str(cut))
 
     def mark(fn):
         fn.reproduces = meta

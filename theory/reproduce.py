@@ -35,7 +35,7 @@ import json
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -92,7 +92,8 @@ class Piece:
     meta: Reproduces | None = None
 
     def describe(self) -> dict:
-        """``name``, ``paper``, ``ref``, ``what``, ``files`` and ``module`` of the piece."""
+        """``name``, ``paper``, ``ref``, ``what``, ``files``, ``cut`` and ``module`` of the
+        piece."""
         m = self.meta
         return dict(
             name=self.name,
@@ -100,6 +101,7 @@ class Piece:
             ref=m.ref if m else None,
             what=m.what if m else None,
             files=list(m.files) if m else [],
+            cut=m.cut if m else "",
             module=self.module,
         )
 
@@ -117,6 +119,7 @@ class Outcome:
     paper: str | None = None
     ref: str | None = None
     what: str | None = None
+    cut: str = ""
 
     @property
     def has_result(self) -> bool:
@@ -137,6 +140,7 @@ class Outcome:
                 paper=self.paper,
                 ref=self.ref,
                 what=self.what,
+                cut=self.cut,
             )
         )
 
@@ -564,6 +568,7 @@ def run_reproduce(
         for o in ordered:
             described = pieces[o.name].describe()
             o.paper, o.ref, o.what = described["paper"], described["ref"], described["what"]
+            o.cut = described["cut"]
         report = Report(out, quick, ordered, time.perf_counter() - t_start)
         report.summary = write_summary(report)
     return report
@@ -636,6 +641,7 @@ def write_summary(report: Report) -> Path:
         lines.append(
             f"| {_cell(o.name)} | {_cell(ref)} | {o.module} | {_cell(status)} | {secs} | {files} |"
         )
+    lines += _budget_lines(report)
     lines += ["", "## Gallery", ""]
     for o in report.outcomes:
         if not o.has_result:
@@ -651,6 +657,67 @@ def write_summary(report: Report) -> Path:
     path = report.out / SUMMARY_NAME
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+#: the wall-time target of a whole full run on 2 cores (``--workers 2``)
+FULL_BUDGET_S = 3 * 3600.0
+
+
+def list_schedule(seconds: Sequence[float], workers: int) -> float:
+    """Wall time of running jobs of the given ``seconds`` on ``workers`` workers that each take
+    the next job in order when free (what a process pool does with the pieces submitted in
+    order): the makespan of greedy list scheduling."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    free = [0.0] * int(workers)
+    for s in seconds:
+        i = min(range(len(free)), key=free.__getitem__)
+        free[i] += float(s)
+    return max(free)
+
+
+def _budget_lines(report: Report) -> list[str]:
+    """The "Compute budget" section: the summed piece times, the wall time of the same pieces
+    on 2 workers, the target (full mode), and each piece's cut from the published protocol."""
+    timed = [o for o in report.outcomes if o.has_result and o.seconds is not None]
+    total = sum(o.seconds for o in timed)
+    wall2 = list_schedule([o.seconds for o in timed], 2)
+    missing = [o.name for o in report.outcomes if not (o.has_result and o.seconds is not None)]
+    lines = [
+        "",
+        "## Compute budget",
+        "",
+        f"The pieces' recorded times sum to {total:.0f} s ({total / 3600:.2f} h) over "
+        f"{len(timed)} piece(s); on 2 workers (`--workers 2`, the pieces taken in this order) "
+        f"they would take {wall2:.0f} s ({wall2 / 3600:.2f} h) of wall time.",
+    ]
+    if not report.quick:
+        verdict = "within" if wall2 <= FULL_BUDGET_S else "over"
+        lines[-1] += (
+            f" Target: about {FULL_BUDGET_S / 3600:.0f} h on 2 cores; these times are {verdict} it."
+        )
+    lines += [
+        "",
+        "Each time is that of the run which made the figure shown (see its status): a run that "
+        "reused stored simulations or fixed points counts only what it computed, and a run "
+        "made on a shared machine counts its slowdown.",
+    ]
+    if missing:
+        lines += ["", f"No time on record (not run): {', '.join(missing)}."]
+    cuts = [o for o in report.outcomes if o.cut]
+    if cuts and not report.quick:
+        lines += [
+            "",
+            "What full mode runs less of than the published protocol (d, grids and step counts "
+            "are the published ones), and what the published count would cost:",
+            "",
+            "| figure | time (s) | cut |",
+            "|---|---|---|",
+        ]
+        for o in cuts:
+            secs = "" if o.seconds is None else f"{o.seconds:.0f}"
+            lines.append(f"| {_cell(o.name)} | {secs} | {_cell(o.cut)} |")
+    return lines
 
 
 def list_pieces(out=None, quick: bool = True, modules=None) -> list[dict]:

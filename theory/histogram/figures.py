@@ -285,6 +285,8 @@ def _how(cfg, data, quick, pooled: bool = True):
     "App. histogram training",
     "training curves of the histogram task for the positional and the semantic solution",
     ["histogram-learning-curves.png"],
+    cut="3 of the published 10 seeds per variant: the other 14 200-epoch runs would cost "
+    "~2.3 core-h (one run ~10 min of one core)",
 )
 def fig_learning_curves(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
@@ -485,6 +487,9 @@ def _mean_se(values) -> tuple[float, float, int]:
     "distances of the local-minimum test: restricted solution embedded, perturbed and retrained "
     "in the unrestricted model with SGD and with Adam",
     ["histogram-stationarity.png"],
+    cut="2 of the published 10 seeds: the other 8 (4 retrainings of 100 epochs each, ~21 "
+    "core-min a seed) would cost ~2.8 core-h, plus their trained models (see "
+    "histogram-learning-curves)",
 )
 def fig_stationarity(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)

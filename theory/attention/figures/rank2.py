@@ -227,6 +227,8 @@ def _cell_means(rows, alphas, omegas) -> np.ndarray:
     "against the authors' 10 GD runs, the rank-1 theory branches and the r = 2 state "
     "equations' fixed points; the (alpha, omega) map of eps_g^lin - eps_g at d = 1000",
     ["erm-rank2.png"],
+    cut="the (alpha, omega) map: one seed per cell (625 L-BFGS runs at d = 1000, ~35 CPU-min); "
+    "10 seeds, the count of the published alpha line, would be ~6 CPU-h",
 )
 def fig_rank2(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
