@@ -13,7 +13,13 @@ from theory.attention.finite_d.gd import (
     nesterov,
     simulate_gd,
 )
-from theory.attention.finite_d.problem import make_problem, naive_risk, overlaps, risk
+from theory.attention.finite_d.problem import (
+    make_problem,
+    naive_risk,
+    overlaps,
+    risk,
+    risk_reference,
+)
 
 P03 = A.ERMParams(omega=0.3)
 
@@ -26,6 +32,21 @@ def test_exact_reduction_matches_full_softmax():
         Q = scale * rng.standard_normal(30) + 0.2
         L, _ = risk(Q, pb.train, 0.01)
         assert L == pytest.approx(naive_risk(Q, pb.train, 0.01), rel=1e-12)
+
+
+@pytest.mark.parametrize("channel", ["exact", "effective"])
+def test_one_pass_risk_kernel_matches_the_blas_reference(channel):
+    # the numba pass (fields, loss gradient and back-projection per sample) against the numpy
+    # reference (two BLAS products around the vectorised loss gradient): the same sums in
+    # another order, so they agree to rounding (~1e-16 per term, d = 300 terms per field)
+    pb = make_problem(1.2, P03, 300, seed=5, n_test=10)
+    rng = np.random.default_rng(7)
+    for scale in (0.05, 1.0, 4.0):
+        Q = scale * rng.standard_normal(300) + 0.1
+        L, g = risk(Q, pb.train, 0.02, channel=channel)
+        Lr, gr = risk_reference(Q, pb.train, 0.02, channel=channel)
+        assert L == pytest.approx(Lr, rel=1e-12)
+        np.testing.assert_allclose(g, gr, rtol=0, atol=1e-12 * np.abs(gr).max())
 
 
 def test_analytic_gradient_matches_finite_differences():

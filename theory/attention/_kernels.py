@@ -337,3 +337,36 @@ def prox_rows(w, t, kappa, V, x0, local, want_jac):
             jt[i, 1, 0] = r[6]
             jt[i, 1, 1] = r[7]
     return x, val, jw, jt, ok
+
+
+@numba.njit(cache=True)
+def risk_grad(X, Q, kappa, t1, t2, c, lam):
+    """The empirical risk Σ_μ [ℓ(h_μ; κ_μ, t_μ) + c_μ] + (λ/2)|Q|² and its gradient in Q, with
+    the fields h_μ = X_μ Q/√d of the tokens ``X`` (n, 2, d): one pass over the tokens (each
+    sample's two rows are read once for the fields and again, from cache, for its gradient).
+    Numpy reference: ``sample_loss_grad`` of ``theory.attention.channel`` and the two
+    matrix-vector products of ``ERMData.fields`` / ``backproject``."""
+    n, _, d = X.shape
+    s = 1.0 / math.sqrt(d)
+    grad = lam * Q
+    tot = 0.0
+    for mu in range(n):
+        h1 = 0.0
+        h2 = 0.0
+        for k in range(d):
+            h1 += X[mu, 0, k] * Q[k]
+            h2 += X[mu, 1, k] * Q[k]
+        h1 *= s
+        h2 *= s
+        a = sig(h1 * (h1 - h2))
+        b = sig(h2 * (h2 - h1))
+        ea = a - t1[mu]
+        eb = b - t2[mu]
+        fa = 2.0 * kappa[mu] * ea * a * (1.0 - a)
+        fb = 2.0 * kappa[mu] * eb * b * (1.0 - b)
+        g1 = (fa * (2.0 * h1 - h2) - fb * h2) * s
+        g2 = (-fa * h1 + fb * (2.0 * h2 - h1)) * s
+        tot += kappa[mu] * (ea * ea + eb * eb) + c[mu]
+        for k in range(d):
+            grad[k] += g1 * X[mu, 0, k] + g2 * X[mu, 1, k]
+    return tot + 0.5 * lam * np.dot(Q, Q), grad

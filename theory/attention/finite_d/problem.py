@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from theory.attention._kernels import risk_grad
 from theory.attention.channel import sample_loss, sample_loss_grad
 from theory.attention.finite_d.data import (
     ERMData,
@@ -145,7 +146,22 @@ def risk(
     Q: np.ndarray, data: ERMData, lam: float, *, channel: str = "exact", sigma: float = 0.5
 ) -> tuple[float, np.ndarray]:
     """``(L(Q), grad L(Q))``: empirical risk (ridge included) and its gradient, shape ``(d,)``
-    (two BLAS matrix-vector products with the (2n, d) token matrix)."""
+    (one numba pass over the tokens, :func:`theory.attention._kernels.risk_grad`; its numpy
+    reference is :func:`risk_reference`)."""
+    n = data.n
+    kappa, t1, t2, c = (
+        np.ascontiguousarray(np.broadcast_to(np.asarray(v, dtype=float), (n,)))
+        for v in data.channel(channel, sigma)
+    )
+    X = np.ascontiguousarray(data.X, dtype=float)
+    return risk_grad(X, np.ascontiguousarray(Q, dtype=float), kappa, t1, t2, c, float(lam))
+
+
+def risk_reference(
+    Q: np.ndarray, data: ERMData, lam: float, *, channel: str = "exact", sigma: float = 0.5
+) -> tuple[float, np.ndarray]:
+    """Numpy reference of :func:`risk`: the fields and the back-projection as two BLAS
+    matrix-vector products with the (2n, d) token matrix, the loss gradient in between."""
     h = data.fields(Q)
     losses, gh = sample_loss_grad(h, *data.channel(channel, sigma))
     return losses.sum() + 0.5 * lam * (Q @ Q), data.backproject(gh) + lam * Q
