@@ -578,3 +578,33 @@ def test_summary_states_the_compute_budget_and_each_cut(tmp_path, monkeypatch):
             assert "| whole |" not in budget
     finally:
         sys.modules.pop(name, None)
+
+
+def test_a_pool_starts_the_longest_recorded_pieces_first(fake):
+    import concurrent.futures as cf
+
+    class Recording(cf.Executor):
+        """Runs each job at submission and remembers the order."""
+
+        def __init__(self):
+            self.order = []
+
+        def submit(self, fn, *args, **kwargs):
+            fut = cf.Future()
+            self.order.append(args[0].__name__)
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except Exception as exc:
+                fut.set_exception(exc)
+            return fut
+
+    out = fake["out"]
+    cache = rp.open_cache(out)
+    # times recorded by runs of other code: "other" took longer than "good"; the two pieces
+    # that never finished have no time and go first, in their own order
+    for name, secs in (("good", 1.0), ("other", 5.0)):
+        key = dict(name=name, mode="quick", version="0", source_hash="old")
+        cache.put(key, dict(module=fake["name"], seconds=secs, result={}, finished="2026"))
+    ex = Recording()
+    rp.run_reproduce(out=out, progress=False, log=lambda m: None, executor=ex)
+    assert ex.order == ["broken", "liar", "other", "good"]

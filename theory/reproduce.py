@@ -32,6 +32,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import sys
 import time
 import traceback
@@ -325,6 +326,14 @@ def _files_kept(out: Path, entry: dict) -> bool:
     return all(_file_in(out, f).exists() for f in (entry.get("result") or {}).get("files", []))
 
 
+def _recorded_seconds(cache: Store, quick: bool) -> dict[str, float]:
+    """The newest recorded run time of each piece in this mode (any code), by name."""
+    mode = "quick" if quick else "full"
+    runs = [r for r in cache.rows() if r.get("mode") == mode and r.get("seconds") is not None]
+    runs.sort(key=lambda r: str(r.get("finished", "")))
+    return {r["name"]: float(r["seconds"]) for r in runs}
+
+
 def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
     """The newest finished run of ``piece`` in this mode made with other code (another source
     hash or version) whose files are still there, or None: what a summary can still show, said
@@ -513,6 +522,10 @@ def run_reproduce(
         else:
             t0s = {}
             futs = {}
+            # longest first (the newest recorded time of each piece in this mode; never-run
+            # pieces lead): the pool's wall time is then the budget section's projection
+            recorded = _recorded_seconds(cache, quick)
+            todo.sort(key=lambda p: -recorded.get(p.name, math.inf))
             for p in todo:
                 futs[executor.submit(_run_piece, p.fn, str(out), quick)] = p
                 t0s[p.name] = time.perf_counter()
@@ -681,14 +694,14 @@ def _budget_lines(report: Report) -> list[str]:
     on 2 workers, the target (full mode), and each piece's cut from the published protocol."""
     timed = [o for o in report.outcomes if o.has_result and o.seconds is not None]
     total = sum(o.seconds for o in timed)
-    wall2 = list_schedule([o.seconds for o in timed], 2)
+    wall2 = list_schedule(sorted((o.seconds for o in timed), reverse=True), 2)
     missing = [o.name for o in report.outcomes if not (o.has_result and o.seconds is not None)]
     lines = [
         "",
         "## Compute budget",
         "",
         f"The pieces' recorded times sum to {total:.0f} s ({total / 3600:.2f} h) over "
-        f"{len(timed)} piece(s); on 2 workers (`--workers 2`, the pieces taken in this order) "
+        f"{len(timed)} piece(s); on 2 workers (`--workers 2`, which starts the longest first) "
         f"they would take {wall2:.0f} s ({wall2 / 3600:.2f} h) of wall time.",
     ]
     if not report.quick:
