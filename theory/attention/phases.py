@@ -246,8 +246,9 @@ def curve(
 class TransitionResult(Result):
     """α_c (ε_t(semantic) = ε_t(positional)) and α_l (the global minimiser's ε_g = ε_g^lin),
     the baseline's ``eps_g_lin``, both branches' ε_g at α_c and their common ε_t there;
-    ``alpha_l_branch``: where α_l lies ("positional" below α_c, "jump" at α_c, "semantic"
-    above); ``alpha_spinodal_semantic`` / ``_positional``: where each branch begins
+    ``alpha_l_branch``: where α_l lies ("positional" below α_c -- or "trivial" where the
+    positional start collapses onto the trivial point --, "jump" at α_c, "semantic" above);
+    ``alpha_spinodal_semantic`` / ``_positional``: where each branch begins
     (:func:`~theory.attention.spinodal.spinodal`); ``alpha_max``: the end of the search
     (status "no_transition" when positional wins up to there)."""
 
@@ -488,7 +489,7 @@ def transition(
             # the positional minimiser is already below the baseline: α_l lies below α_c
             f = lambda a: _eps_g_minus(rival(a), eps_lin)
             g = bracket(f, alpha_c, sign_below=+1.0, start_value=f(alpha_c))
-            rl, l_branch = find_root(f, g, xtol=xtol), "positional"
+            rl, l_branch = find_root(f, g, xtol=xtol), rival(alpha_c).branch
         elif out["eps_g_sem_at_alpha_c"] < eps_lin:
             l_branch, alpha_l = "jump", alpha_c
         else:
