@@ -51,6 +51,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "theory.attention.figures.theory",
     "theory.attention.figures.simulation",
     "theory.attention.figures.metastability",
+    "theory.attention.figures.small_omega",
     "theory.attention.figures.rank2",
     "theory.ssi.figures.phase",
     "theory.ssi.figures.sgd",

@@ -184,6 +184,24 @@ def test_rs_check_at_L3_positional_is_not_trusted_and_semantic_is():
     assert cs.rs_stable is True and cs.overlap_ratio > 1 - cs.tolerance, cs.message
 
 
+@pytest.mark.slow
+def test_rs_check_at_small_omega_and_for_the_other_A():
+    """docs/attention.md §7: at alpha = 1.005 the theta = 0 sector of A = [[0.3, 0.7], [0.8, 0.2]]
+    is glassy (restarts in the positional sector at the RS state's m end in distinct minima,
+    q_ab/q = 0.10-0.41 measured at d = 400, 800 and omega = 0.14, 0.3), while the reference A's
+    positional branch at omega = 0.3 -- where the simulation agrees with it -- is RS (q_ab/q =
+    1 - 1e-6 at d = 400).  The fixed points' m come from a cheap QMC rule (2^10 x 2): the check
+    only needs the sector's m."""
+    reference = pg.GeneralParams(omega=0.3)
+    fp = pg.fixed_point(1.005, reference, branch="positional", n=2**10, n_rep=2)
+    c = pg.rs_check(1.005, fp, reference, "positional", d=400)
+    assert c.rs_stable is True and c.overlap_ratio > 1 - c.tolerance, c.message
+    other = pg.GeneralParams(omega=0.14, A=((0.3, 0.7), (0.8, 0.2)))
+    fp = pg.fixed_point(1.005, other, branch="positional", n=2**10, n_rep=2)
+    c = pg.rs_check(1.005, fp, other, "positional", d=400)
+    assert c.rs_stable is False and c.overlap_ratio < 0.6, c.message
+
+
 # --------------------------------------------------------------------------- α_c at L = 2
 
 
