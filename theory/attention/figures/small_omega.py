@@ -115,6 +115,7 @@ def fig_small_omega(out_dir: Path, quick: bool) -> dict:
 
     use_agg()
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
@@ -162,12 +163,14 @@ def fig_small_omega(out_dir: Path, quick: bool) -> dict:
                 r, what = lines[init]
                 ax.axhline(r[key], color=c, ls="--", lw=1.2, label=f"theory: {what}")
             ax.set_xscale("log")
+            ax.set_xticks(ds, [str(d) for d in ds])
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel("d")
             ax.set_ylabel(name)
             ax.set_title(label, fontsize=9)
         legend_below(row_axes[0])
         rs_text = ", ".join(f"d={r['d']}: {r['overlap_ratio']:.3f}" for r in rs)
-        row_axes[0].set_title(f"{label}; RS check of theta = 0 (q_ab/q_aa): {rs_text}", fontsize=8)
+        row_axes[0].set_title(f"{label}\nRS check of theta = 0, q_ab/q_aa: {rs_text}", fontsize=8)
         big = max(ds)
         for init in INIT_PAIR:
             sub = [r for r in runs if r["init"] == init and r["d"] == big]
