@@ -339,11 +339,12 @@ def prox_rows(w, t, kappa, V, x0, local, want_jac):
     return x, val, jw, jt, ok
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def risk_grad(X, Q, kappa, t1, t2, c, lam):
     """The empirical risk Σ_μ [ℓ(h_μ; κ_μ, t_μ) + c_μ] + (λ/2)|Q|² and its gradient in Q, with
     the fields h_μ = X_μ Q/√d of the tokens ``X`` (n, 2, d): one pass over the tokens (each
-    sample's two rows are read once for the fields and again, from cache, for its gradient).
+    sample's two rows are read once for the fields and again, from cache, for its gradient;
+    the sums may be reassociated so that they vectorise, no finite-math assumption).
     Numpy reference: ``sample_loss_grad`` of ``theory.attention.channel`` and the two
     matrix-vector products of ``ERMData.fields`` / ``backproject``."""
     n, _, d = X.shape
