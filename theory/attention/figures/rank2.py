@@ -205,6 +205,57 @@ def rank2_theory(
     return out
 
 
+def _finite_size_panel(ax, scan, alpha, d_scan, mixed) -> list[dict]:
+    """ε_g of the random-init runs at ``alpha`` minus the r = 2 mixed fixed point's, seed mean ±
+    SE per d (log-log), with the fitted power law; returns its numbers."""
+    from matplotlib.ticker import NullFormatter
+
+    from theory.attention.figures.heatmap import legend_below
+    from theory.attention.figures.stats import power_law_fit
+
+    ds = np.array(sorted(d_scan), float)
+    vals = [np.array([r["eps_g"] for r in scan if r["d"] == dd]) for dd in ds]
+    ex = np.array([v.mean() - mixed["eps_g"] for v in vals])
+    th_err = mixed["eps_g_err"] or 0.0
+    se = np.array([math.hypot(v.std(ddof=1) / math.sqrt(v.size), th_err) for v in vals])
+    ax.errorbar(ds, ex, yerr=se, fmt="o", ms=5, capsize=3, color="k", label="rank-2 runs")
+    how = (
+        f"eps_g of L-BFGS from the random init (d: seeds {d_scan}) minus the r = 2 mixed fixed "
+        f"point's {mixed['eps_g']:.6g} (alpha={alpha:g}, omega=0.3)"
+    )
+    out = [
+        dict(
+            name=f"eps_g rank 2 minus r = 2 mixed theory (alpha={alpha:g}, d={int(dd)})",
+            value=float(e),
+            how=f"+- {s:.2g}; {how}",
+        )
+        for dd, e, s in zip(ds, ex, se)
+    ]
+    if np.all(ex > 0) and ds.size >= 3:
+        f = power_law_fit(ds, ex, se)
+        xx = np.array([ds[0], ds[-1]])
+        ax.plot(
+            xx, f["c"] * xx ** f["b"], "-", color="C3", lw=1.2, label=f"fit c d^b, b = {f['b']:.2f}"
+        )
+        out.append(
+            dict(
+                name=f"finite-size exponent of the rank-2 excess (alpha={alpha:g})",
+                value=f["b"],
+                how=f"+- {f['b_err']:.2g} (chi2/dof {f['chi2_dof']:.2g}); weighted log-log "
+                f"fit; {how}",
+            )
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ds, [str(int(v)) for v in ds])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("d")
+    ax.set_ylabel(r"$\varepsilon_g$ (simulation) $-$ $\varepsilon_g$ (r = 2 mixed fixed point)")
+    ax.set_title(f"finite size at alpha = {alpha:g}: runs minus the r = 2 theory", fontsize=9)
+    legend_below(ax, ncol=2)
+    return out
+
+
 def _cell_means(rows, alphas, omegas) -> np.ndarray:
     """Seed mean of ε_g per (ω, α) cell of the converged ``rows`` (NaN: no converged run)."""
     v = np.full((len(omegas), len(alphas)), np.nan)
@@ -248,6 +299,7 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         alphas_r2, nodes = [2.0], dict(n=2**9, n_rep=2)
         alphas_th, omegas_th = [np.linspace(0.25, 2.0, 8)], [0.1, 0.3]
         gd_points = [(2.0, 100, 0)]
+        a_scan, d_scan = 2.0, {50: 2, 100: 2, 200: 2}
     else:  # the published alphas and 10 seeds (70 runs, ~4 CPU-min), the published map grid at
         # d = 1000 with ONE seed (625 runs, ~35 CPU-min; 10 seeds would be ~6 CPU-h), the GD
         # protocol at 2 alphas (~4 CPU-min each), the r = 2 fixed points (7 solves, a few CPU-min
@@ -259,6 +311,8 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         alphas_th = [np.linspace(0.05, 2.0, 40), np.linspace(2.1, 4.0, 20)]
         omegas_th = list(np.round(np.arange(0, 0.451, 0.05), 3))
         gd_points = [(2.0, 1000, 0), (4.0, 1000, 0)]
+        # the finite-size scan against the r = 2 mixed fixed point at alpha = 4 (~3 CPU-min)
+        a_scan, d_scan = 4.0, {250: 8, 500: 8, 1000: 10, 2000: 4}
     sim_store = Store(out_dir / SIM_STORE2)
     th_store, th2_store = Store(out_dir / THEORY_STORE), Store(out_dir / THEORY_STORE2)
 
@@ -273,6 +327,13 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
     line = [r for r in ok if r["d"] == d and math.isclose(r["omega"], 0.3) and r["seed"] in seeds]
     line = [r for r in line if any(math.isclose(r["alpha"], a) for a in alphas_pub)]
     heat_rows = [r for r in ok if r["d"] == d_map and r["seed"] in seeds_map]
+    scan = [
+        r
+        for r in run_rank2(
+            [(a_scan, 0.3, dd, s) for dd, n in d_scan.items() for s in range(n)], store=sim_store
+        )
+        if r["status"] == "converged"
+    ]
     gd = [(a, dd, s, gd_protocol(a, dd, s, store=sim_store)) for a, dd, s in gd_points]
     sim_cpu = time.process_time() - c0
     cpu = [r["cpu_s"] for r in rows if r["d"] == 1000]
@@ -292,7 +353,7 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
     gain = eps_lin[:, None] - _cell_means(heat_rows, alphas_map, omegas_map)
 
     # ---- figure
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.6))
+    fig, axes = plt.subplots(1, 4, figsize=(22, 5.6))
     ms = dict(fmt="o", capsize=2, ms=4.5, elinewidth=1)
     ax = axes[0]
     for branch, c in (("positional", "C2"), ("semantic", "C1")):
@@ -395,6 +456,7 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         fontsize=9,
     )
     legend_below(ax, ncol=2)
+    excess = _finite_size_panel(axes[3], scan, a_scan, d_scan, fps[a_scan]["mixed"])
     path = finish_figure(
         fig,
         out_dir / "erm-rank2.png",
@@ -428,6 +490,7 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
             how=f"{len(rows)} L-BFGS runs (RMS gradient not below 1e-6)",
         ),
     ]
+    numbers += excess
     pub_eg = dict(published_rank2())
     inv = {k: mean_and_sem(line, "alpha", k)[1] for k in INVARIANTS}
     cos_max = [max(abs(r["cos_m_theta"]) for r in line if math.isclose(r["alpha"], a)) for a in xs]
