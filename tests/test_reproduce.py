@@ -576,6 +576,19 @@ def test_summary_states_the_compute_budget_and_each_cut(tmp_path, monkeypatch):
                 not quick
             )
             assert "| whole |" not in budget
+        # an earlier run of "cut" (other code) took 1000 s: the budget counts the longest run
+        key = dict(name="cut", mode="full", version="0", source_hash="old")
+        rp.open_cache(tmp_path / "False").put(key, dict(seconds=1000.0, result={}, finished="2026"))
+        rep = rp.run_reproduce(
+            out=tmp_path / "False",
+            quick=False,
+            modules=[name],
+            progress=False,
+            log=lambda m: None,
+        )
+        budget = (tmp_path / "False" / "SUMMARY.md").read_text().split("## Compute budget")[1]
+        whole = next(o.seconds for o in rep.outcomes if o.name == "whole")
+        assert f"sum to {1000 + whole:.0f} s" in budget and "| cut | 1000 |" in budget
     finally:
         sys.modules.pop(name, None)
 

@@ -328,11 +328,15 @@ def _files_kept(out: Path, entry: dict) -> bool:
 
 
 def _recorded_seconds(cache: Store, quick: bool) -> dict[str, float]:
-    """The newest recorded run time of each piece in this mode (any code), by name."""
+    """The longest recorded run time of each piece in this mode (any code), by name: roughly
+    its cost from nothing -- a later run that reused the stored simulations of an earlier one
+    is shorter."""
     mode = "quick" if quick else "full"
-    runs = [r for r in cache.rows() if r.get("mode") == mode and r.get("seconds") is not None]
-    runs.sort(key=lambda r: str(r.get("finished", "")))
-    return {r["name"]: float(r["seconds"]) for r in runs}
+    out: dict[str, float] = {}
+    for r in cache.rows():
+        if r.get("mode") == mode and r.get("seconds") is not None:
+            out[r["name"]] = max(out.get(r["name"], 0.0), float(r["seconds"]))
+    return out
 
 
 def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
@@ -693,16 +697,21 @@ def list_schedule(seconds: Sequence[float], workers: int) -> float:
 def _budget_lines(report: Report) -> list[str]:
     """The "Compute budget" section: the summed piece times, the wall time of the same pieces
     on 2 workers, the target (full mode), and each piece's cut from the published protocol."""
-    timed = [o for o in report.outcomes if o.has_result and o.seconds is not None]
-    total = sum(o.seconds for o in timed)
-    wall2 = list_schedule(sorted((o.seconds for o in timed), reverse=True), 2)
-    missing = [o.name for o in report.outcomes if not (o.has_result and o.seconds is not None)]
+    longest = _recorded_seconds(open_cache(report.out), report.quick)
+    cost = {
+        o.name: max(longest.get(o.name, 0.0), o.seconds or 0.0)
+        for o in report.outcomes
+        if o.has_result and (o.seconds is not None or o.name in longest)
+    }
+    total = sum(cost.values())
+    wall2 = list_schedule(sorted(cost.values(), reverse=True), 2)
+    missing = [o.name for o in report.outcomes if o.name not in cost]
     lines = [
         "",
         "## Compute budget",
         "",
-        f"The pieces' recorded times sum to {total:.0f} s ({total / 3600:.2f} h) over "
-        f"{len(timed)} piece(s); on 2 workers (`--workers 2`, which starts the longest first) "
+        f"The pieces' longest recorded runs sum to {total:.0f} s ({total / 3600:.2f} h) over "
+        f"{len(cost)} piece(s); on 2 workers (`--workers 2`, which starts the longest first) "
         f"they would take {wall2:.0f} s ({wall2 / 3600:.2f} h) of wall time.",
     ]
     if not report.quick:
@@ -712,9 +721,11 @@ def _budget_lines(report: Report) -> list[str]:
         )
     lines += [
         "",
-        "Each time is that of the run which made the figure shown (see its status): a run that "
-        "reused stored simulations or fixed points counts only what it computed, and a run "
-        "made on a shared machine counts its slowdown.",
+        "Each piece counts its longest recorded run in this folder, roughly its cost from "
+        "nothing (a later run that reuses the stored simulations and fixed points is shorter; "
+        "the figure table above gives the run shown). A run made on a shared machine counts "
+        "its slowdown, and a piece whose every run reused an earlier store counts less than "
+        "its cost from nothing.",
     ]
     if missing:
         lines += ["", f"No time on record (not run): {', '.join(missing)}."]
@@ -729,7 +740,7 @@ def _budget_lines(report: Report) -> list[str]:
             "|---|---|---|",
         ]
         for o in cuts:
-            secs = "" if o.seconds is None else f"{o.seconds:.0f}"
+            secs = f"{cost[o.name]:.0f}" if o.name in cost else ""
             lines.append(f"| {_cell(o.name)} | {secs} | {_cell(o.cut)} |")
     return lines
 
