@@ -150,3 +150,23 @@ def test_global_minimiser_is_the_trivial_point_where_no_branch_exists():
     c = curve([0.2], p, ("positional", "trivial"), rule=figure_rule(True))
     (g,) = c.global_minimiser()  # the positional start collapsed: only the trivial point is left
     assert g.branch == "trivial" and g.eps_g == pytest.approx(ref, rel=2e-5)
+
+
+def test_branch_fixed_points_says_where_a_start_lands_when_not_strict(tmp_path):
+    # A = [[0.3, 0.7], [0.8, 0.2]] has no positional branch (A_11 != A_22: the m-sector needs a
+    # symmetric positional teacher), so its positional start collapses to the trivial point
+    # (m = theta = 0): strict mode raises, strict=False returns that row and says so
+    from theory.attention.figures.simulation import PARAMS, branch_fixed_points, figure_rule
+    from theory.store import Store
+
+    p = PARAMS.replace(omega=0.14, A=((0.3, 0.7), (0.8, 0.2)))
+    store = Store(tmp_path / "th.jsonl")
+    kw = dict(rule=figure_rule(True), store=store)
+    with pytest.raises(RuntimeError, match="positional fixed point .* trivial"):
+        branch_fixed_points(1.005, p, **kw)
+    th = branch_fixed_points(1.005, p, strict=False, **kw)
+    assert th["semantic"]["branch"] == "semantic" and th["semantic"]["theta"] > 0.05
+    pos = th["positional"]
+    assert (pos["branch"], pos["m"], pos["theta"]) == ("trivial", 0.0, 0.0)
+    assert "does not exist" in pos["message"]
+    assert len(store.rows()) == 2  # both points solved once, the second call served from store

@@ -816,9 +816,17 @@ def fig_slices(out_dir: Path, quick: bool) -> dict:
     return dict(files=[str(path)], numbers=numbers)
 
 
-def branch_fixed_points(alpha, params: ERMParams, *, rule=None, store: Store | None = None) -> dict:
-    """The theory's semantic and positional fixed points at ``alpha`` (rows, by branch), kept
-    in ``store``; a point that does not converge on its branch raises."""
+def branch_fixed_points(
+    alpha, params: ERMParams, *, rule=None, store: Store | None = None, strict: bool = True
+) -> dict:
+    """The theory's semantic and positional fixed points at ``alpha`` (rows, by the branch each
+    start asks for), kept in ``store``.
+
+    A point that does not converge raises. So does one that converges on another branch, unless
+    ``strict=False``: then the row of the point the start reached is returned (its ``branch``
+    and ``message`` say where it went, e.g. the trivial point where the positional branch does
+    not exist).
+    """
     store = Store(None) if store is None else store
     rule = make_rule() if rule is None else rule
     out = {}
@@ -827,10 +835,10 @@ def branch_fixed_points(alpha, params: ERMParams, *, rule=None, store: Store | N
         row = store.get(key)
         if row is None:
             row = store.put(key, fixed_point(alpha, params, branch, rule=rule).row())
-        if row["status"] != "converged" or row["branch"] != branch:
+        if row["status"] != "converged" or (strict and row["branch"] != branch):
             raise RuntimeError(
                 f"the {branch} fixed point at alpha = {alpha} did not converge "
-                f"on its branch: {row['status']} {row['message']}"
+                f"on its branch: {row['status']} {row['branch']} {row['message']}"
             )
         out[branch] = row
     return out

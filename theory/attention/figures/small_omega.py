@@ -9,9 +9,9 @@ seemed to disagree with the theory -- for the reference A and for A = [[0.3, 0.7
 
 * simulation: :func:`~theory.attention.figures.simulation.run_sims` (L-BFGS from Q = Q* and
   Q = 1_d/√d, ε_g on 4000 fresh samples) on a scan in d, kept in ``erm-sims.jsonl``;
-* theory: the semantic, positional and trivial fixed points (:func:`~theory.attention.fixed_point`;
-  for the other A the positional start collapses onto the trivial point), kept in
-  ``erm-theory.jsonl``;
+* theory: the semantic and positional fixed points
+  (:func:`~theory.attention.figures.simulation.branch_fixed_points`; for the other A the
+  positional start collapses onto the trivial point), kept in ``erm-theory.jsonl``;
 * replica-symmetry check: :func:`theory.attention.general.rs_check` -- L-BFGS restarts on one data
   set, restricted to the positional sector (θ ≡ 0) at the general model's positional fixed point
   (its m from a cheap QMC rule: the check only needs the sector), RS trusted when the restarts'
@@ -32,11 +32,10 @@ from theory.attention.figures.simulation import (
     PARAMS,
     SIM_STORE,
     THEORY_STORE,
-    _theory_tag,
+    branch_fixed_points,
     figure_rule,
     run_sims,
 )
-from theory.attention.solver import fixed_point
 from theory.plotting import reproduces, use_agg
 from theory.store import Store
 
@@ -57,33 +56,21 @@ RS_D = {False: (400, 800), True: (400,)}
 RS_NODES = dict(n=2**10, n_rep=2)
 
 
-def theory_points(params, *, rule, store: Store) -> dict:
-    """The semantic, positional and trivial fixed points at (ALPHA, params.omega), by the
-    branch each start was asked for (rows, kept in ``store``)."""
-    out = {}
-    for start in ("semantic", "positional", "trivial"):
-        key = dict(_theory_tag(params, rule), kind="fixed_point_start", alpha=ALPHA, start=start)
-        row = store.get(key)
-        if row is None:
-            row = store.put(key, fixed_point(ALPHA, params, start, rule=rule).row())
-        out[start] = row
-    return out
-
-
 def rs_rows(params, ds, *, store: Store) -> list[dict]:
     """:func:`theory.attention.general.rs_check` of the positional sector at each d (rows, kept
     in ``store``)."""
     from theory.attention import general as pg
 
     gp = pg.GeneralParams(omega=params.omega, A=params.A, sigma=params.sigma, lam=params.lam)
-    rows = []
+    rows, fp = [], None
     for d in ds:
         key = dict(kind="rs_check", alpha=ALPHA, omega=params.omega, d=int(d), sector="positional")
         key.update(A=[list(map(float, r)) for r in params.A], sigma=params.sigma, lam=params.lam)
         key.update(RS_NODES)
         row = store.get(key)
         if row is None:
-            fp = pg.fixed_point(ALPHA, gp, branch="positional", **RS_NODES)
+            if fp is None:  # the sector's fixed point does not depend on d: solved once
+                fp = pg.fixed_point(ALPHA, gp, branch="positional", **RS_NODES)
             c = pg.rs_check(ALPHA, fp, gp, "positional", d=int(d))
             row = store.put(
                 key,
@@ -131,7 +118,7 @@ def fig_small_omega(out_dir: Path, quick: bool) -> dict:
         pts = [(ALPHA, OMEGA, d, s, i) for d in ds for s in range(seeds[d]) for i in INIT_PAIR]
         runs = run_sims(pts, params, store=Store(out_dir / SIM_STORE), desc="erm-small-omega")
         runs = [r for r in runs if r["status"] == "converged"]
-        th = theory_points(params, rule=rule, store=th_store)
+        th = branch_fixed_points(ALPHA, params, rule=rule, store=th_store, strict=False)
         rs = rs_rows(params, RS_D[quick], store=th_store)
         # the fixed point each start reaches (the positional start of the other A: trivial)
         lines = {
