@@ -621,3 +621,30 @@ def test_a_pool_starts_the_longest_recorded_pieces_first(fake):
     ex = Recording()
     rp.run_reproduce(out=out, progress=False, log=lambda m: None, executor=ex)
     assert ex.order == ["broken", "liar", "other", "good"]
+
+
+def test_pieces_never_run_in_the_folder_start_by_their_stated_cost():
+    # from nothing (no record in the output folder) a full-mode pool orders by the cost each
+    # @reproduces states, longest first; a recorded run overrides it, and a piece with
+    # neither goes first (unknown); quick mode ignores the stated (full-mode) cost
+    from theory.plotting import Reproduces
+
+    def piece(name, cost):
+        meta = Reproduces("beyond", "Fig. 0", "x", ("x.png",), cost=cost)
+        return rp.Piece(name, lambda out, quick: None, "m", "h", meta)
+
+    todo = [piece("cheap", 10), piece("unknown", None), piece("dear", 4000), piece("mid", 300)]
+    for quick, recorded, order in (
+        (False, {}, ["unknown", "dear", "mid", "cheap"]),
+        (False, {"cheap": 5000.0}, ["unknown", "cheap", "dear", "mid"]),
+        (True, {"cheap": 1.0}, ["unknown", "dear", "mid", "cheap"]),
+    ):
+        ranked = sorted(todo, key=lambda p: -rp._expected_seconds(p, recorded, quick))
+        assert [p.name for p in ranked] == order
+
+
+def test_every_registered_piece_states_its_full_cost():
+    # so that a full run from nothing starts the long pieces first (the registry order would
+    # leave the hour-long histogram pieces to the end)
+    missing = [n for n, p in rp.discover().items() if p.meta is None or p.meta.cost is None]
+    assert missing == []

@@ -1,6 +1,9 @@
-"""The result store: keyed rows survive a torn write, keys are canonical, arrays round-trip."""
+"""The result store: keyed rows survive a torn write, keys are canonical, arrays round-trip,
+and processes sharing a folder split its items (claim, each_once)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,3 +61,53 @@ def test_array_store_round_trip_and_key_check(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(ValueError, match="reserved"):
         a.save(dict(k=3), _key=np.zeros(1))
+
+
+def _split_work(args):
+    """One worker of test_each_once_splits_items_between_processes: 'compute' each item (a
+    file holding this worker's id, written after a pause) unless it is already there."""
+    import time as _time
+
+    from theory.store import each_once
+
+    folder, worker, items = args
+    folder = Path(folder)
+
+    def do(item):
+        out = folder / f"{item}.txt"
+        if out.exists():  # another worker's output: load it, do not recompute
+            return
+        _time.sleep(0.3)
+        out.write_text(worker)
+        with open(folder / "log.txt", "a") as f:
+            f.write(f"{item} {worker}\n")
+
+    each_once(items, lambda item: folder / f"{item}.txt", do, poll=0.05)
+    return sorted((folder / f"{i}.txt").read_text() for i in items)
+
+
+def test_each_once_splits_items_between_processes(tmp_path):
+    # two processes given the same 6 items: every item is computed exactly once, both end
+    # with every output, and the work is shared (each computed some)
+    import multiprocessing as mp
+
+    items = [f"item{k}" for k in range(6)]
+    with mp.get_context("spawn").Pool(2) as pool:
+        outs = pool.map(_split_work, [(str(tmp_path), w, items) for w in ("a", "b")])
+    log = (tmp_path / "log.txt").read_text().split()
+    done = log[0::2]
+    assert sorted(done) == items  # each item once
+    assert outs[0] == outs[1] and len(outs[0]) == 6
+    assert set(log[1::2]) == {"a", "b"}  # both workers computed some
+
+
+def test_a_claim_is_exclusive_and_released(tmp_path):
+    from theory.store import claim
+
+    target = tmp_path / "x.npz"
+    with claim(target) as first:
+        with claim(target) as second:  # another descriptor: flock excludes it, as another
+            assert (first, second) == (True, False)  # process would be
+    with claim(target) as again:
+        assert again
+    assert not target.exists() and (tmp_path / ".locks" / "x.npz.lock").exists()

@@ -13,6 +13,7 @@ seeds per x (mean and standard error are then computed).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -36,18 +37,23 @@ class Reproduces:
     figure ``ref`` in it (``"Fig. 3"``, ``"App. finite-size"``), one line on ``what`` it shows,
     the ``files`` it writes (names relative to the output folder), and ``cut``: what its full
     mode runs less of than the published protocol (seeds; d, grids and step counts are kept)
-    and what the published count would cost ("" when nothing is cut)."""
+    and what the published count would cost ("" when nothing is cut); ``cost``: roughly what its
+    full mode costs from nothing, in seconds of one worker on a 2-core machine (None: not
+    said) -- the order in which a pool starts pieces that have no recorded run in the output
+    folder (longest first)."""
 
     paper: str
     ref: str
     what: str
     files: tuple[str, ...]
     cut: str = ""
+    cost: float | None = None
 
 
-def reproduces(paper: str, ref: str, what: str, files, *, cut: str = ""):
+def reproduces(paper: str, ref: str, what: str, files, *, cut: str = "", cost=None):
     """Decorator for a figure function: record what it reproduces (see :class:`Reproduces`;
-    ``cut``: what full mode runs less of than the published protocol, and its full cost).
+    ``cut``: what full mode runs less of than the published protocol, and its full cost;
+    ``cost``: the full mode's rough cost from nothing in seconds).
 
     >>> @reproduces("arnaboldi2025", "Fig. 4", "the (a, omega) phase diagram", ["pd.png"])
     ... def fig(out_dir, quick): ...
@@ -61,7 +67,16 @@ def reproduces(paper: str, ref: str, what: str, files, *, cut: str = ""):
     files = (files,) if isinstance(files, str) else tuple(files)
     if not files:
         raise ValueError("a reproduced figure needs at least one file name")
-    meta = Reproduces(paper, str(ref), str(what), tuple(str(f) for f in files), str(cut))
+    if cost is not None and not (math.isfinite(float(cost)) and float(cost) >= 0):
+        raise ValueError(f"cost must be a number of seconds >= 0 or None, got {cost!r}")
+    meta = Reproduces(
+        paper,
+        str(ref),
+        str(what),
+        tuple(str(f) for f in files),
+        str(cut),
+        None if cost is None else float(cost),
+    )
 
     def mark(fn):
         fn.reproduces = meta

@@ -94,8 +94,8 @@ class Piece:
     meta: Reproduces | None = None
 
     def describe(self) -> dict:
-        """``name``, ``paper``, ``ref``, ``what``, ``files``, ``cut`` and ``module`` of the
-        piece."""
+        """``name``, ``paper``, ``ref``, ``what``, ``files``, ``cut``, ``cost`` and ``module``
+        of the piece."""
         m = self.meta
         return dict(
             name=self.name,
@@ -104,6 +104,7 @@ class Piece:
             what=m.what if m else None,
             files=list(m.files) if m else [],
             cut=m.cut if m else "",
+            cost=m.cost if m else None,
             module=self.module,
         )
 
@@ -339,6 +340,16 @@ def _recorded_seconds(cache: Store, quick: bool) -> dict[str, float]:
     return out
 
 
+def _expected_seconds(piece: Piece, recorded: dict[str, float], quick: bool) -> float:
+    """What ``piece`` is expected to cost: its longest recorded run (``recorded``), else in
+    full mode the ``cost`` of its ``@reproduces``, else infinity (unknown: start it first)."""
+    if piece.name in recorded:
+        return recorded[piece.name]
+    if not quick and piece.meta is not None and piece.meta.cost is not None:
+        return piece.meta.cost
+    return math.inf
+
+
 def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
     """The newest finished run of ``piece`` in this mode made with other code (another source
     hash or version) whose files are still there, or None: what a summary can still show, said
@@ -527,10 +538,11 @@ def run_reproduce(
         else:
             t0s = {}
             futs = {}
-            # longest first (the newest recorded time of each piece in this mode; never-run
-            # pieces lead): the pool's wall time is then the budget section's projection
+            # longest first, by the longest recorded run of each piece in this mode, else (full
+            # mode) the cost its @reproduces states; pieces with neither lead: the pool's wall
+            # time is then the budget section's projection
             recorded = _recorded_seconds(cache, quick)
-            todo.sort(key=lambda p: -recorded.get(p.name, math.inf))
+            todo.sort(key=lambda p: -_expected_seconds(p, recorded, quick))
             for p in todo:
                 futs[executor.submit(_run_piece, p.fn, str(out), quick)] = p
                 t0s[p.name] = time.perf_counter()

@@ -14,6 +14,10 @@ long runs, so that an interrupted computation resumes from what is on disk:
   significant digits, sorted names).
 * :class:`ArrayStore` -- numpy arrays under a key, one ``.npz`` per key written atomically
   (temporary file + rename): tables of the SGD risk, training checkpoints.
+* :func:`claim` and :func:`each_once` -- so that processes sharing an output folder (the
+  workers of ``theory reproduce --full --workers N``) never compute the same item twice: a
+  worker claims an item (an advisory lock on a file in ``.locks/`` beside its output), skips the
+  items others hold, and loads those once they are done.
 
 :func:`cache_dir` is the package's cache folder (``$THEORY_CACHE_DIR``, default
 ``~/.cache/theory``) for results that are not tied to one output folder.
@@ -21,12 +25,14 @@ long runs, so that an interrupted computation resumes from what is on disk:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +47,8 @@ __all__ = [
     "ResultTable",
     "Store",
     "cache_dir",
+    "claim",
+    "each_once",
     "point_key",
     "read_table",
     "write_table",
@@ -50,6 +58,56 @@ __all__ = [
 def cache_dir() -> Path:
     """The package's cache folder: ``$THEORY_CACHE_DIR`` or ``~/.cache/theory``."""
     return Path(os.environ.get("THEORY_CACHE_DIR", Path.home() / ".cache" / "theory"))
+
+
+@contextlib.contextmanager
+def claim(path) -> Iterator[bool]:
+    """Try to claim the item whose output is ``path`` for this process, without waiting.
+
+    Yields True if claimed (an exclusive advisory lock on ``.locks/<name>.lock`` beside
+    ``path``, held until the block ends and released if the process dies), False if another
+    process holds it. Where advisory
+    locks do not exist (not POSIX) every claim succeeds: the processes may then duplicate work,
+    never corrupt it, since the outputs are written atomically.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield True
+        return
+    path = Path(path)
+    lock = path.parent / ".locks" / f"{path.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def each_once(items: Iterable, path_of: Callable, do: Callable, *, poll: float = 5.0) -> None:
+    """Call ``do(item)`` for every item, in a way that processes sharing the items' outputs
+    split the work: each item is done under :func:`claim` of ``path_of(item)`` by whichever
+    process gets it first; an item another process holds is skipped and retried every ``poll``
+    seconds (``do`` must then load the other process's output rather than recompute it, e.g.
+    by checking the output first)."""
+    pending = list(items)
+    while pending:
+        for item in list(pending):
+            with claim(path_of(item)) as mine:
+                if mine:
+                    do(item)
+                    pending.remove(item)
+        if pending:
+            time.sleep(poll)
 
 
 def point_key(point: Mapping, key=None) -> str:

@@ -560,3 +560,30 @@ def test_full_data_reaches_99_percent(variant):
     data = H.make_data(50_000, rng=0)
     res = H.train(data, variant, 12, seed=0, progress=False)
     assert np.median(res.history["val_accuracy"][7:12]) >= 0.99, res.history["val_accuracy"]
+
+
+def test_full_mode_models_are_trained_once_and_shared_through_the_folder(tmp_path, monkeypatch):
+    # full mode keeps each trained model in the output folder: a second process (here: the
+    # per-process cache emptied) loads it instead of training again, bit for bit, and the
+    # stationarity piece's models are the learning-curves piece's
+    import theory.histogram.figures as hf
+
+    monkeypatch.setattr(hf, "FULL", dict(n_sequences=600, epochs=1, seeds=(0, 1)))
+    monkeypatch.setattr(hf, "_CACHE", {})
+    runs, _, _ = hf._runs(tmp_path, quick=False)
+    saved = sorted(p.name for p in tmp_path.glob("histogram-model-*.npz"))
+    assert saved == [
+        f"histogram-model-{v}-seed{s}.npz" for v in ("positional", "semantic") for s in (0, 1)
+    ]
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("histogram-model-*.npz")}
+    monkeypatch.setattr(hf, "_CACHE", {})
+    import theory.histogram as hist
+
+    def no_training(*a, **k):
+        raise AssertionError("a model kept in the folder was trained again")
+
+    monkeypatch.setattr(hist, "train", no_training)
+    again = hf._models(tmp_path, False, [("semantic", 1), ("positional", 0)])
+    assert np.array_equal(again["semantic", 1].theta, runs["semantic"][1].theta)
+    assert np.array_equal(again["positional", 0].theta, runs["positional"][0].theta)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing rewritten

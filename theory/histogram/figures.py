@@ -208,7 +208,7 @@ def _trained_model(out_dir: Path, quick: bool, data, variant: str, seed: int):
     from theory.histogram import load_model, save_model, train
 
     cfg = QUICK if quick else FULL
-    path = Path(out_dir) / f"histogram-model-{variant}-seed{seed}.npz"
+    path = _model_path(out_dir, variant, seed)
     if not quick and path.exists():
         res = load_model(path)
         if (
@@ -222,6 +222,27 @@ def _trained_model(out_dir: Path, quick: bool, data, variant: str, seed: int):
     if not quick:
         save_model(path, res)
     return res
+
+
+def _model_path(out_dir: Path, variant: str, seed: int) -> Path:
+    return Path(out_dir) / f"histogram-model-{variant}-seed{seed}.npz"
+
+
+def _models(out_dir: Path, quick: bool, pairs) -> dict:
+    """:func:`_model` of each ``(variant, seed)`` in ``pairs``. In full mode the pieces that
+    need the same models (run at once by ``theory reproduce --full --workers N``) split their
+    training: each model is trained once, by whichever worker claims it first
+    (:func:`theory.store.each_once`), and loaded by the others."""
+    from theory.store import each_once
+
+    pairs = [(v, int(s)) for v, s in pairs]
+    if not quick:
+        each_once(
+            pairs,
+            lambda vs: _model_path(out_dir, *vs),
+            lambda vs: _model(out_dir, quick, *vs),
+        )
+    return {vs: _model(out_dir, quick, *vs) for vs in pairs}
 
 
 def _data(quick: bool):
@@ -244,10 +265,9 @@ def _model(out_dir: Path, quick: bool, variant: str, seed: int):
 def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
     """Train (or load) the semantic and positional models for all seeds; cached per process."""
     cfg = QUICK if quick else FULL
-    runs = {
-        v: [_model(out_dir, quick, v, seed) for seed in cfg["seeds"]]
-        for v in ("semantic", "positional")
-    }
+    variants = ("semantic", "positional")
+    models = _models(out_dir, quick, [(v, s) for v in variants for s in cfg["seeds"]])
+    runs = {v: [models[v, int(s)] for s in cfg["seeds"]] for v in variants}
     return runs, _data(quick), cfg
 
 
@@ -287,6 +307,7 @@ def _how(cfg, data, quick, pooled: bool = True):
     ["histogram-learning-curves.png"],
     cut="3 of the published 10 seeds per variant: the other 14 200-epoch runs would cost "
     "~2.3 core-h (one run ~10 min of one core)",
+    cost=3600,
 )
 def fig_learning_curves(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
@@ -324,6 +345,7 @@ def fig_learning_curves(out_dir, quick: bool) -> dict:
     "Fig. 1",
     "attention maps of the trained positional and semantic solutions of the histogram task",
     ["histogram-attention-maps.png"],
+    cost=3600,
 )
 def fig_attention_maps(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
@@ -490,10 +512,12 @@ def _mean_se(values) -> tuple[float, float, int]:
     cut="2 of the published 10 seeds: the other 8 (4 retrainings of 100 epochs each, ~21 "
     "core-min a seed) would cost ~2.8 core-h, plus their trained models (see "
     "histogram-learning-curves)",
+    cost=4200,
 )
 def fig_stationarity(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
     cfg = STATIONARITY_QUICK if quick else STATIONARITY_FULL
+    _models(out_dir, quick, [(v, s) for v in ("positional", "semantic") for s in cfg["seeds"]])
     rows = {
         (v, opt): [_stationarity_row(out_dir, quick, v, s, opt) for s in cfg["seeds"]]
         for v in ("positional", "semantic")

@@ -100,6 +100,7 @@ def _frame(ax, xe, ye):
     "global) with |theta|/sigma^2 of finite-d L-BFGS minimisers from the positional, semantic "
     "and random initialisations against them",
     ["erm-metastability.png"],
+    cost=2500,
 )
 def fig_metastability(out_dir: Path, quick: bool) -> dict:
     from matplotlib.colors import BoundaryNorm, ListedColormap

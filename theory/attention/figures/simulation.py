@@ -329,6 +329,7 @@ def gd_check(alpha, omega, d, seed, *, params: ERMParams = PARAMS, store=None) -
     ["erm-omega03.png"],
     cut="8 seeds, where the authors average 24 GD runs: the other 16 seeds are 800 more L-BFGS "
     "runs at d = 1000, ~18 CPU-min (1.3 CPU-s a run)",
+    cost=1000,
 )
 def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     from theory.attention.figures import published as pub
@@ -558,6 +559,7 @@ def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, rule=None, store: S
     "(alpha, omega) heat maps at d = 1000 on the published grid: Delta eps_t (GD minimisers) "
     "with alpha_c(omega), and eps_g^lin - eps_g with alpha_l(omega)",
     ["erm-phase-diagram.png"],
+    cost=2300,
 )
 def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -579,6 +581,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     "the (alpha, omega) heat maps for A = [[0.3, 0.7], [0.8, 0.2]] at d = 1000 on the published "
     "grid, theory lines at a few omega (full mode only: the asymmetric-A theory is slow)",
     ["erm-phase-diagram-otherA.png"],
+    cost=2600,
 )
 def fig_phase_diagram_other_a(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -740,6 +743,7 @@ def _draw_global(ax, th, color, label, scale=1.0, lw=1.6):
     "eps_g of the global minimiser vs alpha at omega in {0.2, 0.3, 0.7}, sigma in "
     "{0.3, 0.5, 0.7}, lambda in {0.1, 0.01, 0.001}: replica theory over GD minimisers",
     ["erm-slices.png"],
+    cost=3800,
 )
 def fig_slices(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -852,6 +856,7 @@ def branch_fixed_points(
     ["erm-d-scaling.png"],
     cut="60 runs per (d, init), where the authors take up to 70: the other 10 per (d, init) "
     "would cost ~1/6 more (~100 CPU-s)",
+    cost=600,
 )
 def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=1.5) -> dict:
     from theory.attention.figures.heatmap import legend_below
@@ -986,6 +991,7 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=1.5) -> dict:
     "inits at alpha = 2, omega = 0.3 (GD at d = 1000, Adam from random init at d = 100), "
     "with the two theory fixed points",
     ["erm-inits.png"],
+    cost=200,
 )
 def fig_inits(out_dir: Path, quick: bool, *, alpha=2.0, omega=0.3) -> dict:
     from theory.attention.figures.adam import simulate_adam

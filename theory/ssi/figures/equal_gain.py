@@ -38,7 +38,7 @@ def _ode_steps(family: str, Ls, d: int, lr: float) -> tuple[np.ndarray, np.ndarr
 
 
 def _equal_gain_piece(
-    *, name, ref, family, label, d, lr, Ls_full, Ls_quick, seeds_full, seeds_quick, published
+    *, name, ref, family, label, d, lr, Ls_full, Ls_quick, seeds_full, seeds_quick, published, cost
 ):
     """The reproduce piece of one equal-step gain figure (published: {L: gain read off})."""
 
@@ -48,6 +48,7 @@ def _equal_gain_piece(
         f"tied/untied gain at equal step size gamma = {lr:g} vs L, target {label}, d = {d}: "
         "SGD, the package's ODE and the published values",
         [f"{name}.png"],
+        cost=cost,
     )
     def piece(out_dir: Path, quick: bool):
         from matplotlib.ticker import FormatStrFormatter, NullFormatter
@@ -153,24 +154,27 @@ def _equal_gain_piece(
     return piece
 
 
-#: (ref, family, label, d, gamma, L full, L quick, seeds full / quick, published {L: gain});
+#: (ref, family, label, d, gamma, L full, L quick, seeds full / quick, published {L: gain}, full
+#: cost in s);
 #: Fig. 7 full mode: ~190 s of CPU per seed (the untied L = 20 run alone is ~4e7 steps): 12 seeds
 _SETUPS = {
     "sgd-gain-equal-he2": (
         ("Fig. 7", "sum_he2", "Σ He2(z_l)/√2", 3000, 5e-3),
         ([1, 2, 5, 10, 15, 20], [1, 2, 5], 12, 4),
         {1: 1, 2: 1.9, 5: 5.3, 10: 8.3, 15: 11.5, 20: 14},
+        2400,
     ),
     "sgd-gain-equal-z": (
         ("Fig. 8", "sum_z", "Σ z_l/√L", 1000, 1.5e-2),
         ([1, 2, 4, 8, 16, 32], [1, 2, 4, 8], 32, 8),
         {32: 33.8},
+        110,
     ),
 }
 
 
 def _piece_of(name):
-    (ref, family, label, d, lr), (Lf, Lq, sf, sq), pub = _SETUPS[name]
+    (ref, family, label, d, lr), (Lf, Lq, sf, sq), pub, cost = _SETUPS[name]
     return _equal_gain_piece(
         name=name,
         ref=ref,
@@ -183,6 +187,7 @@ def _piece_of(name):
         seeds_full=sf,
         seeds_quick=sq,
         published=pub,
+        cost=cost,
     )
 
 
