@@ -242,6 +242,42 @@ def test_workers_run_in_processes(fake):
     assert "boom" in {o.name: o for o in rep.outcomes}["broken"].error
 
 
+FACTORY = textwrap.dedent('''
+    """Pieces made by a factory: closures that pickle cannot find by their names."""
+    from pathlib import Path
+
+
+    def _piece(tag):
+        def piece(out_dir, quick):
+            p = Path(out_dir) / f"{tag}.txt"
+            p.write_text(tag)
+            return dict(files=[str(p)], numbers=[dict(name="tag", value=tag, how="factory")])
+
+        piece.__name__ = piece.__qualname__ = f"fig_{tag}"  # not an attribute of the module
+        return piece
+
+
+    FIGURES = {"made-a": _piece("a"), "made-b": _piece("b")}
+''')
+
+
+def test_a_pool_runs_pieces_made_by_a_factory(tmp_path, monkeypatch):
+    # the pool is sent the piece's module and name, not the function: the SGD equal-step gain
+    # and fraction-positional pieces are closures, which a process pool could not pickle
+    name = f"fake_factory_{uuid.uuid4().hex[:8]}"
+    src = tmp_path / "mods"
+    src.mkdir()
+    (src / f"{name}.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(src))
+    monkeypatch.setattr(rp, "FIGURE_MODULES", (name,))
+    try:
+        rep = rp.run_reproduce(out=tmp_path / "figs", workers=2, progress=False, log=lambda m: None)
+    finally:
+        sys.modules.pop(name, None)
+    assert {o.name: o.status for o in rep.outcomes} == {"made-a": "ok", "made-b": "ok"}
+    assert (tmp_path / "figs" / "a.txt").read_text() == "a"
+
+
 def test_cli(fake, capsys):
     from theory.cli import main
 
@@ -604,7 +640,7 @@ def test_a_pool_starts_the_longest_recorded_pieces_first(fake):
 
         def submit(self, fn, *args, **kwargs):
             fut = cf.Future()
-            self.order.append(args[0].__name__)
+            self.order.append(args[1])  # _run_named(module, name, out, quick)
             try:
                 fut.set_result(fn(*args, **kwargs))
             except Exception as exc:

@@ -401,6 +401,13 @@ def _run_piece(fn: Callable, out: str, quick: bool) -> tuple[dict, float]:
     return to_jsonable(res) if isinstance(res, dict) else res, dt
 
 
+def _run_named(module: str, name: str, out: str, quick: bool) -> tuple[dict, float]:
+    """:func:`_run_piece` of the piece ``name`` of the figure module ``module``, looked up in
+    the worker: what a pool is sent, since a piece made by a factory (a closure, or a function
+    not bound to its ``__name__`` in its module) cannot be pickled by reference."""
+    return _run_piece(importlib.import_module(module).FIGURES[name], out, quick)
+
+
 def _error_text(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
@@ -544,7 +551,7 @@ def run_reproduce(
             recorded = _recorded_seconds(cache, quick)
             todo.sort(key=lambda p: -_expected_seconds(p, recorded, quick))
             for p in todo:
-                futs[executor.submit(_run_piece, p.fn, str(out), quick)] = p
+                futs[executor.submit(_run_named, p.module, p.name, str(out), quick)] = p
                 t0s[p.name] = time.perf_counter()
             for fut in cf.as_completed(futs):
                 p = futs[fut]

@@ -109,8 +109,10 @@ def run_rank2(points, *, store: Store | None = None, n_test=4000, progress=True)
 
     store = Store(None) if store is None else store
     rows = []
+    # disable only when asked: an explicit disable=False would override TQDM_DISABLE, which
+    # `theory reproduce --no-progress` sets for the bars inside the pieces
     for alpha, omega, d, seed in tqdm(
-        list(points), desc="erm-rank2", leave=False, disable=not progress
+        list(points), desc="erm-rank2", leave=False, **({} if progress else {"disable": True})
     ):
         key = dict(kind="rank2-lbfgs", alpha=float(alpha), omega=float(omega), d=int(d))
         key.update(seed=int(seed), n_test=int(n_test), sigma=PARAMS2.sigma, lam=PARAMS2.lam)
