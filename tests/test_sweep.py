@@ -359,3 +359,30 @@ def test_cli_scheduler(tmp_path, capsys, dask_cluster):
     )
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["f"], r["g"]) for r in rows] == [expected_demo(0.0, 3.0), expected_demo(0.5, 3.0)]
+
+
+def _worker_threads(_):
+    import numba
+
+    from theory._util import _openblas_handles
+
+    h = _openblas_handles()
+    return numba.get_num_threads(), (None if h is None else int(h[0]()))
+
+
+def test_pool_workers_share_the_cores(monkeypatch):
+    # N workers on C cores: each worker's BLAS and numba use C // N threads (at least 1), so
+    # that two workers on a 2-core machine do not run 4 spinning threads
+    import os
+
+    from theory._util import local_pool, stop_pool
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # as on the 2-core CI machine
+    pool = local_pool(2)
+    try:
+        got = set(pool.map(_worker_threads, range(4)))
+    finally:
+        stop_pool(pool)
+    numba_threads, blas = got.pop()
+    assert got == set()  # every call saw the same
+    assert numba_threads == 1 and blas in (None, 1)  # the defaults are one per core

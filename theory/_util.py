@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -181,6 +182,64 @@ def dumps_json(obj) -> str:
 
 
 # ------------------------------------------------------------------------------ processes
+def _openblas_handles():
+    """(get, set) of the thread count of numpy's bundled OpenBLAS, or None if not found."""
+    import ctypes
+    import glob
+
+    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for lib in sorted(glob.glob(os.path.join(libdir, "*openblas*.so*"))):
+        try:
+            cdll = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        for get, set_ in (
+            ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+            ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+            ("openblas_get_num_threads", "openblas_set_num_threads"),
+        ):
+            if hasattr(cdll, get) and hasattr(cdll, set_):
+                return getattr(cdll, get), getattr(cdll, set_)
+    return None
+
+
+class blas_threads(contextlib.ContextDecorator):
+    """Context manager (or decorator) limiting numpy's bundled OpenBLAS to ``n`` threads (no-op
+    if the library is not found or ``n`` is None)."""
+
+    def __init__(self, n: int | None = 1):
+        self.n = n
+        self.old = None
+
+    def __enter__(self):
+        h = _openblas_handles() if self.n is not None else None
+        if h is not None:
+            get, set_ = h
+            self.old = int(get())
+            set_(int(self.n))
+            self._set = set_
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            self._set(self.old)
+        return False
+
+
+def limit_threads(n: int) -> None:
+    """Limit numpy's bundled OpenBLAS and numba's parallel kernels to ``n`` threads in this
+    process (each where available)."""
+    n = max(1, int(n))
+    h = _openblas_handles()
+    if h is not None:
+        h[1](n)
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a core dependency
+        return
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -206,16 +265,18 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _pool_worker_init(parent_pid: int) -> None:
+def _pool_worker_init(parent_pid: int, threads: int) -> None:
     """Initializer of :func:`local_pool`'s workers: they die with the parent
     (:func:`die_with_parent`), SIGTERM kills them at once (a handler inherited from the parent,
     e.g. ``theory reproduce``'s SIGTERM -> KeyboardInterrupt, would hand the interruption back
-    as the piece's result and keep the worker alive), and SIGINT is the parent's to handle: a
+    as the piece's result and keep the worker alive), SIGINT is the parent's to handle: a
     Ctrl-C to the terminal's process group stops the parent, which stops the pool
-    (:func:`stop_pool`)."""
+    (:func:`stop_pool`), and BLAS and numba use ``threads`` threads (:func:`limit_threads`):
+    the workers share the cores instead of each spinning up one thread per core."""
     import signal
 
     die_with_parent(parent_pid)
+    limit_threads(threads)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -223,12 +284,14 @@ def _pool_worker_init(parent_pid: int) -> None:
 def local_pool(workers: int):
     """A ``concurrent.futures.ProcessPoolExecutor`` of ``workers`` local processes that die
     with this process (even SIGKILLed) and stop at once on SIGTERM: the one way this package
-    starts a local pool (``theory.sweep``, ``theory.reproduce``, ``simulate_seeds``).  Stop it
-    on an interruption with :func:`stop_pool`."""
+    starts a local pool (``theory.sweep``, ``theory.reproduce``, ``simulate_seeds``), each
+    worker limited to cores // workers BLAS and numba threads.  Stop it on an interruption with
+    :func:`stop_pool`."""
     import concurrent.futures as cf
 
+    threads = max(1, (os.cpu_count() or 1) // max(1, int(workers)))
     return cf.ProcessPoolExecutor(
-        max_workers=workers, initializer=_pool_worker_init, initargs=(os.getpid(),)
+        max_workers=workers, initializer=_pool_worker_init, initargs=(os.getpid(), threads)
     )
 
 

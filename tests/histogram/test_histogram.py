@@ -286,7 +286,7 @@ def test_save_and_load_model(tmp_path, quick_models):
 
 
 def test_blas_threads_restores_setting():
-    from theory.histogram.train import _openblas_handles
+    from theory._util import _openblas_handles
 
     h = _openblas_handles()
     if h is None:

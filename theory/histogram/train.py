@@ -8,7 +8,6 @@ Checkpoints go through :class:`theory.store.ArrayStore` (one atomic ``.npz`` per
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import io
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from theory._util import atomic_write_bytes
+from theory._util import atomic_write_bytes, blas_threads
 from theory.histogram.data import HistogramData
 from theory.histogram.model import (
     N_PARAMS,
@@ -36,51 +35,8 @@ from theory.store import ArrayStore
 
 # BLAS threads: the matrices here are tiny (320 x 64); a multi-threaded BLAS on a loaded machine
 # makes a training step ~30x slower (2 epochs of 1400 sequences: 17 s with the default OpenBLAS
-# threads under load, 0.45 s with one thread).  Training pins BLAS to one thread.
-
-
-def _openblas_handles():
-    import ctypes
-    import glob
-    import os
-
-    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for lib in sorted(glob.glob(os.path.join(libdir, "*openblas*.so*"))):
-        try:
-            cdll = ctypes.CDLL(lib)
-        except OSError:
-            continue
-        for get, set_ in (
-            ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-            ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-            ("openblas_get_num_threads", "openblas_set_num_threads"),
-        ):
-            if hasattr(cdll, get) and hasattr(cdll, set_):
-                return getattr(cdll, get), getattr(cdll, set_)
-    return None
-
-
-class blas_threads(contextlib.ContextDecorator):
-    """Context manager (or decorator) limiting numpy's bundled OpenBLAS to ``n`` threads (no-op
-    if the library is not found or ``n`` is None)."""
-
-    def __init__(self, n: int | None = 1):
-        self.n = n
-        self.old = None
-
-    def __enter__(self):
-        h = _openblas_handles() if self.n is not None else None
-        if h is not None:
-            get, set_ = h
-            self.old = int(get())
-            set_(int(self.n))
-            self._set = set_
-        return self
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            self._set(self.old)
-        return False
+# threads under load, 0.45 s with one thread).  Training pins BLAS to one thread
+# (theory._util.blas_threads).
 
 
 HISTORY_KEYS = (
