@@ -182,57 +182,61 @@ def dumps_json(obj) -> str:
 
 
 # ------------------------------------------------------------------------------ processes
-def _openblas_handles():
-    """(get, set) of the thread count of numpy's bundled OpenBLAS, or None if not found."""
+def _openblas_handles() -> list:
+    """(get, set) of the thread count of each OpenBLAS bundled with numpy and with scipy (their
+    wheels ship one each; scipy's serves scipy.linalg and L-BFGS-B), loading it if need be
+    (the same library scipy loads later); empty if none is found."""
     import ctypes
     import glob
 
-    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for lib in sorted(glob.glob(os.path.join(libdir, "*openblas*.so*"))):
-        try:
-            cdll = ctypes.CDLL(lib)
-        except OSError:
-            continue
-        for get, set_ in (
-            ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-            ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-            ("openblas_get_num_threads", "openblas_set_num_threads"),
-        ):
-            if hasattr(cdll, get) and hasattr(cdll, set_):
-                return getattr(cdll, get), getattr(cdll, set_)
-    return None
+    site = os.path.join(os.path.dirname(np.__file__), os.pardir)
+    out = []
+    for pkg in ("numpy", "scipy"):
+        for lib in sorted(glob.glob(os.path.join(site, f"{pkg}.libs", "*openblas*.so*"))):
+            try:
+                cdll = ctypes.CDLL(lib)
+            except OSError:
+                continue
+            for get, set_ in (
+                ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+                ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+                ("openblas_get_num_threads", "openblas_set_num_threads"),
+            ):
+                if hasattr(cdll, get) and hasattr(cdll, set_):
+                    out.append((getattr(cdll, get), getattr(cdll, set_)))
+                    break
+    return out
 
 
 class blas_threads(contextlib.ContextDecorator):
-    """Context manager (or decorator) limiting numpy's bundled OpenBLAS to ``n`` threads (no-op
-    if the library is not found or ``n`` is None)."""
+    """Context manager (or decorator) limiting the OpenBLAS of numpy and scipy to ``n`` threads
+    (no-op for a library not found, or if ``n`` is None)."""
 
     def __init__(self, n: int | None = 1):
         self.n = n
-        self.old = None
+        self.old = []
 
     def __enter__(self):
-        h = _openblas_handles() if self.n is not None else None
-        if h is not None:
-            get, set_ = h
-            self.old = int(get())
+        self.old = []
+        for get, set_ in _openblas_handles() if self.n is not None else []:
+            self.old.append((set_, int(get())))
             set_(int(self.n))
-            self._set = set_
         return self
 
     def __exit__(self, *exc):
-        if self.old is not None:
-            self._set(self.old)
+        for set_, n in self.old:
+            set_(n)
+        self.old = []
         return False
 
 
 def limit_threads(n: int) -> None:
-    """Limit numpy's bundled OpenBLAS and numba's parallel kernels to ``n`` threads in this
-    process (each where available)."""
+    """Limit the OpenBLAS of numpy and scipy and numba's parallel kernels to ``n`` threads in
+    this process (each where available)."""
     n = max(1, int(n))
-    h = _openblas_handles()
-    if h is not None:
-        h[1](n)
+    for _, set_ in _openblas_handles():
+        set_(n)
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a core dependency
