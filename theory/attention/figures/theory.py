@@ -117,16 +117,20 @@ def plot_phase_diagram(rows, p, path):
 )
 def _fig_phase(out_dir: Path, quick: bool):
     from theory import attention as A
+    from theory.attention.figures.simulation import THEORY_STORE, theory_phase_rows
     from theory.attention.quadrature import coarse_rule
+    from theory.store import Store
 
     p = A.ERMParams()
     t0 = time.time()
-    # quick: three ω on the cheap rule; full: nine on the default rule (xtol 1e-4 in both)
+    # quick: three ω on the cheap rule; full: nine on the default rule (xtol 1e-4 in both:
+    # phase_diagram's default, which theory_phase_rows keeps)
     omegas = [0.1, 0.2, 0.3] if quick else list(np.linspace(0.1, 0.5, 9))
     rule, xtol = (coarse_rule() if quick else A.make_rule("split")), 1e-4
-    # adaptive bracket + Brent, continued in ω (each ω starts at the previous α_c)
-    rows = A.phase_diagram(omegas, p, rule=rule, xtol=xtol).rows()
+    # adaptive bracket + Brent, continued in ω (each ω starts at the previous α_c), kept in the
+    # folder's theory store like the heat maps' lines: a rerun (any code change) costs nothing
     out_dir = Path(out_dir)
+    rows = theory_phase_rows(omegas, p, rule=rule, store=Store(out_dir / THEORY_STORE))
     files = [plot_phase_diagram(rows, p, out_dir / "erm-phase-diagram-theory.png")]
     import csv
     import io
