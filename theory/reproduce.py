@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures as cf
+import contextlib
 import fnmatch
 import hashlib
 import importlib
@@ -33,7 +34,9 @@ import importlib.util
 import inspect
 import json
 import math
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -408,6 +411,29 @@ def _run_named(module: str, name: str, out: str, quick: bool) -> tuple[dict, flo
     return _run_piece(importlib.import_module(module).FIGURES[name], out, quick)
 
 
+@contextlib.contextmanager
+def _interrupt_flag():
+    """While a pool runs, SIGINT and SIGTERM set the yielded event instead of raising: the
+    waiting loop raises KeyboardInterrupt itself, between two waits. Raised from a signal
+    handler, it could land inside concurrent.futures while a future's lock was held, and
+    :func:`stop_pool`'s cancellation then waited on that lock forever (a SIGINT test of CI hung
+    so). Outside the main thread, where signal handlers cannot be set, the event never fires."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def _set(signum, frame):
+        flag.set()
+
+    old = {s: signal.signal(s, _set) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def _error_text(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
@@ -553,14 +579,20 @@ def run_reproduce(
             for p in todo:
                 futs[executor.submit(_run_named, p.module, p.name, str(out), quick)] = p
                 t0s[p.name] = time.perf_counter()
-            for fut in cf.as_completed(futs):
-                p = futs[fut]
-                try:
-                    raw, dt = fut.result()
-                except Exception as exc:
-                    record(p, None, time.perf_counter() - t0s[p.name], exc)
-                else:
-                    record(p, raw, dt, None)
+            pending = set(futs)
+            with _interrupt_flag() as interrupted:
+                while pending:
+                    done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+                    for fut in done:
+                        p = futs[fut]
+                        try:
+                            raw, dt = fut.result()
+                        except Exception as exc:
+                            record(p, None, time.perf_counter() - t0s[p.name], exc)
+                        else:
+                            record(p, raw, dt, None)
+                    if interrupted.is_set():
+                        raise KeyboardInterrupt
     except BaseException:  # Ctrl-C, SIGTERM (KeyboardInterrupt): stop the workers now
         if own is not None:
             stop_pool(own)
