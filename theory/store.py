@@ -110,6 +110,12 @@ def each_once(items: Iterable, path_of: Callable, do: Callable, *, poll: float =
             time.sleep(poll)
 
 
+def point_digest(point: Mapping) -> str:
+    """A short file-name-safe name of a point: 16 hex digits of the SHA-256 of its
+    :func:`point_key`."""
+    return hashlib.sha256(point_key(point).encode()).hexdigest()[:16]
+
+
 def point_key(point: Mapping, key=None) -> str:
     """The identity of a point in the table: canonical JSON of its identifying parameters.
 
@@ -447,8 +453,7 @@ class ArrayStore:
         self.prefix = prefix
 
     def path(self, key: Mapping) -> Path:
-        h = hashlib.sha256(point_key(key).encode()).hexdigest()[:16]
-        return self.folder / f"{self.prefix}-{h}.npz"
+        return self.folder / f"{self.prefix}-{point_digest(key)}.npz"
 
     def load(self, key: Mapping) -> dict[str, np.ndarray] | None:
         """The arrays stored under ``key``, or None (missing, unreadable or another key)."""

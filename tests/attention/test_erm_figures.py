@@ -170,3 +170,28 @@ def test_branch_fixed_points_says_where_a_start_lands_when_not_strict(tmp_path):
     assert (pos["branch"], pos["m"], pos["theta"]) == ("trivial", 0.0, 0.0)
     assert "does not exist" in pos["message"]
     assert len(store.rows()) == 2  # both points solved once, the second call served from store
+
+
+def test_phase_lines_are_computed_once_per_folder(tmp_path, monkeypatch):
+    """The α_c(ω) lines of the theory piece, the heat maps and the rank-2 map are one store
+    row: a row another process wrote after this Store was opened is read, not recomputed."""
+    from theory.attention.figures import simulation
+    from theory.store import Store
+
+    calls = []
+
+    class Diagram:
+        def rows(self):
+            return [dict(omega=0.1, alpha_c=0.75, alpha_l=0.89)]
+
+    def fake(omegas, params, rule):
+        calls.append(list(omegas))
+        return Diagram()
+
+    monkeypatch.setattr(simulation, "phase_diagram", fake)
+    path = tmp_path / "theory.jsonl"
+    mine = Store(path)  # opened before the other process writes
+    rows = simulation.theory_phase_rows([0.1], store=Store(path))  # "the other process"
+    assert calls == [[0.1]] and rows[0]["alpha_c"] == 0.75
+    again = simulation.theory_phase_rows([0.1], store=mine)
+    assert calls == [[0.1]] and again == rows  # read from the file, not recomputed

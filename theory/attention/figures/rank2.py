@@ -33,6 +33,7 @@ from theory.attention.baseline import linear_baseline
 from theory.attention.figures import finish_figure
 from theory.attention.figures.simulation import (
     PARAMS,
+    PHASE_OMEGAS,
     THEORY_STORE,
     figure_rule,
     theory_curve,
@@ -312,7 +313,7 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         alphas_r2, nodes = [0.5, 1.0, 2.0, 3.0, 4.0], dict(n=2**11, n_rep=4)
         # the rank-1 curve of erm-omega03 (shared through the store) and its continuation to 4
         alphas_th = [np.linspace(0.05, 2.0, 40), np.linspace(2.1, 4.0, 20)]
-        omegas_th = list(np.round(np.arange(0, 0.451, 0.05), 3))
+        omegas_th = list(PHASE_OMEGAS)  # the heat maps' lines (one store row)
         gd_points = [(2.0, 1000, 0), (4.0, 1000, 0)]
         # the finite-size scan against the r = 2 mixed fixed point at alpha = 4 (~3 CPU-min)
         a_scan, d_scan = 4.0, {250: 8, 500: 8, 1000: 10, 2000: 4}

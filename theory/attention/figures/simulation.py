@@ -41,7 +41,7 @@ from theory.attention.quadrature import coarse_rule, make_rule
 from theory.attention.solver import fixed_point
 from theory.plotting import mean_and_sem, reproduces, use_agg
 from theory.solve import find_root
-from theory.store import Store
+from theory.store import Store, each_once, point_digest
 
 #: the figures' model (σ = 0.5, λ = 0.01, A = [[0.6, 0.4], [0.4, 0.6]])
 PARAMS = ERMParams()
@@ -528,10 +528,20 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     return dict(files=[str(path)], numbers=numbers)
 
 
+#: the ω of the replica α_c(ω) / α_l(ω) lines in full mode, one list for every figure that draws
+#: them (the theory piece, the heat maps, the rank-2 map): one computation (~11 × 75 CPU-s) and
+#: one row of the folder's theory store, shared through :func:`theory_phase_rows`
+PHASE_OMEGAS = tuple(float(w) for w in np.round(np.arange(0.0, 0.501, 0.05), 3))
+
+
 def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, rule=None, store: Store | None = None):
     """Rows (omega, alpha_c, alpha_l, ...) of :func:`~theory.attention.phase_diagram` over
     ``omegas`` (continued in ω, default rule), kept in ``store``; a row whose α is not finite
-    (no transition found) is kept with NaN."""
+    (no transition found) is kept with NaN.
+
+    Processes sharing ``store``'s file (the pieces of a ``reproduce --workers`` pool) compute
+    the lines once: the first to claim them does (:func:`theory.store.each_once`), the others
+    wait for its row and read it."""
     store = Store(None) if store is None else store
     rule = make_rule() if rule is None else rule
     key = dict(
@@ -544,9 +554,20 @@ def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, rule=None, store: S
     )
     got = store.get(key)
     if got is None:
-        got = store.put(
-            key, dict(rows=phase_diagram([float(w) for w in omegas], params, rule=rule).rows())
-        )
+
+        def compute(_):
+            nonlocal got
+            if store.path is not None:  # another process may have written the row meanwhile
+                got = Store(store.path).get(key)
+            if got is None:
+                rows = phase_diagram([float(w) for w in omegas], params, rule=rule).rows()
+                got = store.put(key, dict(rows=rows))
+
+        if store.path is None:
+            compute(None)
+        else:
+            lock = store.path.with_name(f"{store.path.stem}-phase-{point_digest(key)}")
+            each_once([key], lambda _: lock, compute)
     return [
         {k: (math.nan if v is None and k.startswith("alpha") else v) for k, v in r.items()}
         for r in got["rows"]
@@ -559,12 +580,12 @@ def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, rule=None, store: S
     "(alpha, omega) heat maps at d = 1000 on the published grid: Delta eps_t (GD minimisers) "
     "with alpha_c(omega), and eps_g^lin - eps_g with alpha_l(omega)",
     ["erm-phase-diagram.png"],
-    cost=2300,
+    cost=1300,
 )
 def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
 
-    omegas_th = [0.1, 0.3] if quick else list(np.round(np.arange(0.0, 0.451, 0.05), 3))
+    omegas_th = [0.1, 0.3] if quick else list(PHASE_OMEGAS)
     return _phase_heatmaps(
         out_dir,
         quick,

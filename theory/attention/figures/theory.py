@@ -113,22 +113,27 @@ def plot_phase_diagram(rows, p, path):
     "Fig. 3 (theory lines)",
     "alpha_c(omega) and alpha_l(omega) from the replica fixed points, with eps_g^lin",
     ["erm-phase-diagram-theory.png", "erm-phase-diagram-theory.csv"],
-    cost=1100,
+    cost=900,
 )
 def _fig_phase(out_dir: Path, quick: bool):
     from theory import attention as A
-    from theory.attention.figures.simulation import THEORY_STORE, theory_phase_rows
-    from theory.attention.quadrature import coarse_rule
+    from theory.attention.figures.simulation import (
+        PHASE_OMEGAS,
+        THEORY_STORE,
+        figure_rule,
+        theory_phase_rows,
+    )
     from theory.store import Store
 
     p = A.ERMParams()
     t0 = time.time()
-    # quick: three ω on the cheap rule; full: nine on the default rule (xtol 1e-4 in both:
-    # phase_diagram's default, which theory_phase_rows keeps)
-    omegas = [0.1, 0.2, 0.3] if quick else list(np.linspace(0.1, 0.5, 9))
-    rule, xtol = (coarse_rule() if quick else A.make_rule("split")), 1e-4
+    # quick: three ω on the cheap rule; full: the heat maps' eleven (0 to 0.5) on the default
+    # rule (xtol 1e-4 in both: phase_diagram's default, which theory_phase_rows keeps)
+    omegas = [0.1, 0.2, 0.3] if quick else list(PHASE_OMEGAS)
+    rule, xtol = figure_rule(quick), 1e-4
     # adaptive bracket + Brent, continued in ω (each ω starts at the previous α_c), kept in the
-    # folder's theory store like the heat maps' lines: a rerun (any code change) costs nothing
+    # folder's theory store: the same row as the heat maps' and the rank-2 map's lines (computed
+    # once, by whichever piece claims it first), and a rerun (any code change) costs nothing
     out_dir = Path(out_dir)
     rows = theory_phase_rows(omegas, p, rule=rule, store=Store(out_dir / THEORY_STORE))
     files = [plot_phase_diagram(rows, p, out_dir / "erm-phase-diagram-theory.png")]
