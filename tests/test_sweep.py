@@ -364,9 +364,10 @@ def test_cli_scheduler(tmp_path, capsys, dask_cluster):
 def _worker_threads(_):
     import numba
 
-    from theory._util import _openblas_handles
+    from theory._util import _openblas_handles, cpu_share
 
-    return numba.get_num_threads(), tuple(int(get()) for get, _ in _openblas_handles())
+    blas = tuple(int(get()) for get, _ in _openblas_handles())
+    return numba.get_num_threads(), blas, cpu_share()
 
 
 def test_pool_workers_share_the_cores(monkeypatch):
@@ -382,6 +383,53 @@ def test_pool_workers_share_the_cores(monkeypatch):
         got = set(pool.map(_worker_threads, range(4)))
     finally:
         stop_pool(pool)
-    numba_threads, blas = got.pop()
+    numba_threads, blas, share = got.pop()
     assert got == set()  # every call saw the same
     assert numba_threads == 1 and blas and set(blas) == {1}  # the defaults: one per core
+    # a pool the worker starts (an SGD piece's seeds) gets the worker's share: one process
+    assert share == 1
+
+
+def test_cpu_share_is_the_core_count_outside_a_pool(monkeypatch):
+    import os
+
+    from theory._util import CPU_SHARE_ENV, cpu_share
+    from theory.ssi.figures.sgd import _workers
+
+    monkeypatch.delenv(CPU_SHARE_ENV, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert cpu_share() == 8 and _workers(False) == 2
+    monkeypatch.setenv(CPU_SHARE_ENV, "1")
+    assert cpu_share() == 1 and _workers(False) == 1
+    monkeypatch.setenv(CPU_SHARE_ENV, "junk")  # not a count: all the cores
+    assert cpu_share() == 8
+
+
+def test_a_signal_during_a_pool_wait_becomes_a_flag_and_an_interrupt_between_waits():
+    """interrupt_flag turns SIGINT (Python's default handler) into an event and restores the
+    handler after; an ignored signal stays ignored; wait_first returns what finished and raises
+    KeyboardInterrupt only once the event is set, never from inside the handler."""
+    import concurrent.futures as cf
+
+    from theory._util import interrupt_flag, wait_first
+
+    before = signal.getsignal(signal.SIGINT)
+    done = cf.Future()
+    done.set_result(1)
+    never = cf.Future()
+    with interrupt_flag() as flag:
+        assert signal.getsignal(signal.SIGINT) is not before
+        got, left = wait_first({done, never}, flag, timeout=0.01)
+        assert got == {done} and left == {never}
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt here: the handler sets flag
+        time.sleep(0.05)
+        assert flag.is_set()
+        with pytest.raises(KeyboardInterrupt):
+            wait_first({never}, flag, timeout=0.01)
+    assert signal.getsignal(signal.SIGINT) is before
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupt_flag():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # a worker's: left alone
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -269,6 +269,21 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+#: set in a :func:`local_pool` worker: the cores it may use (cores // workers of its pool)
+CPU_SHARE_ENV = "THEORY_CPU_SHARE"
+
+
+def cpu_share() -> int:
+    """The cores this process may use: all of them, or in a :func:`local_pool` worker its share
+    (cores // workers), so that a piece that starts its own pool inside ``theory reproduce
+    --workers 2`` uses one process, not one per core (4 busy processes on 2 cores)."""
+    try:
+        share = int(os.environ.get(CPU_SHARE_ENV, ""))
+    except ValueError:
+        share = 0
+    return share if share >= 1 else (os.cpu_count() or 1)
+
+
 def _pool_worker_init(parent_pid: int, threads: int) -> None:
     """Initializer of :func:`local_pool`'s workers: they die with the parent
     (:func:`die_with_parent`), SIGTERM kills them at once (a handler inherited from the parent,
@@ -280,6 +295,7 @@ def _pool_worker_init(parent_pid: int, threads: int) -> None:
     import signal
 
     die_with_parent(parent_pid)
+    os.environ[CPU_SHARE_ENV] = str(threads)  # inherited by a pool this worker starts
     limit_threads(threads)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -289,14 +305,61 @@ def local_pool(workers: int):
     """A ``concurrent.futures.ProcessPoolExecutor`` of ``workers`` local processes that die
     with this process (even SIGKILLed) and stop at once on SIGTERM: the one way this package
     starts a local pool (``theory.sweep``, ``theory.reproduce``, ``simulate_seeds``), each
-    worker limited to cores // workers BLAS and numba threads.  Stop it on an interruption with
-    :func:`stop_pool`."""
+    worker limited to :func:`cpu_share` // workers BLAS and numba threads.  Stop it on an
+    interruption with :func:`stop_pool`."""
     import concurrent.futures as cf
 
-    threads = max(1, (os.cpu_count() or 1) // max(1, int(workers)))
+    threads = max(1, cpu_share() // max(1, int(workers)))
     return cf.ProcessPoolExecutor(
         max_workers=workers, initializer=_pool_worker_init, initargs=(os.getpid(), threads)
     )
+
+
+@contextlib.contextmanager
+def interrupt_flag():
+    """While a pool is waited on, SIGINT and SIGTERM set the yielded event instead of raising;
+    :func:`wait_first` then raises KeyboardInterrupt between two waits.  Raised from a signal
+    handler, a KeyboardInterrupt can land inside ``concurrent.futures`` while a future's lock is
+    held (``as_completed`` takes every future's lock in turn), and :func:`stop_pool`'s
+    cancellation then waits on that lock forever (a SIGINT test of ``theory reproduce`` hung
+    so).  Only a handler that is Python code (``default_int_handler``, the CLI's
+    SIGTERM -> KeyboardInterrupt) is replaced: a signal that is ignored or kills the process (a
+    pool worker's) is left alone.  Outside the main thread, where handlers cannot be set, the
+    event never fires."""
+    import signal
+    import threading
+
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def _set(signum, frame):
+        flag.set()
+
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if callable(signal.getsignal(s)):
+            old[s] = signal.signal(s, _set)
+    try:
+        yield flag
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def wait_first(pending, flag, timeout: float = 0.2):
+    """``concurrent.futures.wait(pending, return_when=FIRST_COMPLETED)`` in slices of
+    ``timeout`` seconds, raising KeyboardInterrupt at a safe point (no future's lock held) once
+    ``flag`` (:func:`interrupt_flag`) is set; returns ``(done, not_done)``."""
+    import concurrent.futures as cf
+
+    while True:
+        if flag.is_set():
+            raise KeyboardInterrupt
+        done, pending = cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        if done or not pending:
+            return done, pending
 
 
 def stop_pool(executor, timeout: float = 5.0) -> None:

@@ -38,7 +38,15 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from theory._util import local_pool, parse_range, stop_pool, to_jsonable
+from theory._util import (
+    cpu_share,
+    interrupt_flag,
+    local_pool,
+    parse_range,
+    stop_pool,
+    to_jsonable,
+    wait_first,
+)
 from theory.store import KEY_COLUMN, ResultTable, point_key, read_table
 
 __all__ = [
@@ -253,7 +261,7 @@ def run_sweep(
         if executor is None and scheduler is not None:
             executor, client = dask_executor(scheduler)
         elif executor is None:
-            n = workers if workers is not None else (os.cpu_count() or 1)
+            n = workers if workers is not None else cpu_share()
             n = max(1, min(n, len(todo)))
             own_executor = executor = _SerialExecutor() if n == 1 else local_pool(n)
 
@@ -295,21 +303,22 @@ def run_sweep(
                     pending.add(fut)
 
             top_up()
-            while pending:
-                finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                for fut in finished:
-                    i = futures.pop(fut)
-                    if fut.cancelled():
-                        continue
-                    exc = fut.exception()
-                    if exc is not None:
-                        if first_error is None:
-                            first_error = (points[i], exc)
-                            for other in pending:
-                                other.cancel()
-                        continue
-                    finish(i, fut.result())
-                top_up()
+            with interrupt_flag() as stop:
+                while pending:
+                    finished, pending = wait_first(pending, stop)
+                    for fut in finished:
+                        i = futures.pop(fut)
+                        if fut.cancelled():
+                            continue
+                        exc = fut.exception()
+                        if exc is not None:
+                            if first_error is None:
+                                first_error = (points[i], exc)
+                                for other in pending:
+                                    other.cancel()
+                            continue
+                        finish(i, fut.result())
+                    top_up()
     except BaseException:  # Ctrl-C, SIGTERM: stop the workers now (finished points are stored)
         if own_executor is not None and not isinstance(own_executor, _SerialExecutor):
             stop_pool(own_executor)

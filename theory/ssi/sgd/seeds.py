@@ -8,15 +8,20 @@ from what is on disk.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable
-from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from theory._util import check_int, local_pool, stop_pool
+from theory._util import (
+    check_int,
+    cpu_share,
+    interrupt_flag,
+    local_pool,
+    stop_pool,
+    wait_first,
+)
 from theory.rng import as_rng, seed_int
 from theory.ssi.risk import SSIModel
 from theory.ssi.sgd.driver import SGDResult, check_run
@@ -117,7 +122,7 @@ def simulate_seeds(
                 results[s] = _result_from_row(row)
     todo = [s for s in dict.fromkeys(seeds) if s not in results]
     if workers is None:
-        workers = min(len(todo), os.cpu_count() or 1)
+        workers = min(len(todo), cpu_share())
     bar = tqdm(
         total=len(seeds),
         initial=len(seeds) - len(todo),
@@ -141,9 +146,12 @@ def simulate_seeds(
             # the workers die with this process, even when it is SIGKILLed
             ex = local_pool(workers)
             try:
-                futs = [ex.submit(_job, (model, d, lr, s, reduced, kwargs)) for s in todo]
-                for f in as_completed(futs):
-                    _store(*f.result())
+                pending = {ex.submit(_job, (model, d, lr, s, reduced, kwargs)) for s in todo}
+                with interrupt_flag() as stop:
+                    while pending:
+                        done, pending = wait_first(pending, stop)
+                        for f in done:
+                            _store(*f.result())
             except BaseException:  # Ctrl-C, SIGTERM: stop now; finished seeds are stored
                 stop_pool(ex)
                 raise
