@@ -265,6 +265,22 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, small_data):
     assert other.epochs == 1 and len(list(tmp_path.glob("*.npz"))) == 2
 
 
+def test_evaluating_less_often_trains_the_same_model(small_data):
+    """evaluate_every only skips the per-epoch evaluation (NaN in the history): the parameters
+    and the final numbers are those of the run that evaluates every epoch."""
+    data = small_data.subset(600, 300)
+    every = H.train(data, "semantic", 3, seed=5, progress=False)
+    never = H.train(data, "semantic", 3, seed=5, progress=False, evaluate_every=0)
+    second = H.train(data, "semantic", 3, seed=5, progress=False, evaluate_every=2)
+    np.testing.assert_array_equal(never.theta, every.theta)
+    assert never.val_accuracy == every.val_accuracy and never.train_loss == every.train_loss
+    assert np.all(np.isnan(never.history["val_accuracy"])) and len(never.history["epoch"]) == 3
+    assert np.isnan(second.history["val_loss"][0]) and np.isnan(second.history["val_loss"][2])
+    assert second.history["val_loss"][1] == every.history["val_loss"][1]
+    with pytest.raises(ValueError, match="evaluate_every"):
+        H.train(data, "semantic", 1, progress=False, evaluate_every=-1)
+
+
 def test_train_rejects_bad_input(small_data):
     with pytest.raises(ValueError, match="variant"):
         H.train(small_data, "causal", 1, progress=False)
@@ -514,7 +530,7 @@ def test_stationarity_piece_quick_mode_and_resume(tmp_path, monkeypatch):
             # can only grow or shrink from there, never vanish
             assert n["value"] > 0.02 and np.isfinite(n["value_err"])
             assert n["published"] == P._published_distance("dist_zeros", v)[0]
-    rows = Store(tmp_path / "histogram-stationarity-cache.jsonl").rows()
+    rows = Store(tmp_path / P.STATIONARITY_STORE).rows()
     assert len(rows) == 2 * 2 * len(P.STATIONARITY_QUICK["seeds"])
 
     # resumed: a second call reads every test from the store and recomputes none

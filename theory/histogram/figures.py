@@ -45,6 +45,9 @@ FULL_PUBLISHED_SEEDS = 10
 STATIONARITY_QUICK = dict(seeds=(0, 1), epochs=3, n_train=2000, n_val=1000)
 STATIONARITY_FULL = dict(seeds=(0, 1), epochs=100, n_train=None, n_val=None)
 STATIONARITY_NOISE = 1e-3
+#: the finished local-minimum tests, one short row each, next to the figure (committed in full
+#: mode like the trained models, so a fresh checkout reuses the 8 retrainings, ~42 core-min)
+STATIONARITY_STORE = "histogram-stationarity.jsonl"
 STATIONARITY_SGD_LR = 1e-3  # the published test
 # Adam at the training rate: the optimiser and rate that found the restricted solution, so the
 # test asks whether the unrestricted model's training dynamics leave it.  Adam's step is ~lr per
@@ -307,7 +310,7 @@ def _how(cfg, data, quick, pooled: bool = True):
     ["histogram-learning-curves.png"],
     cut="3 of the published 10 seeds per variant: the other 14 200-epoch runs would cost "
     "~2.3 core-h (one run ~10 min of one core)",
-    cost=3600,
+    cost=2200,
 )
 def fig_learning_curves(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
@@ -345,7 +348,7 @@ def fig_learning_curves(out_dir, quick: bool) -> dict:
     "Fig. 1",
     "attention maps of the trained positional and semantic solutions of the histogram task",
     ["histogram-attention-maps.png"],
-    cost=3600,
+    cost=1,
 )
 def fig_attention_maps(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
@@ -389,7 +392,7 @@ def _published_distance(kind: str, variant: str) -> tuple[float, float]:
 
 
 def _stationarity_row(out_dir: Path, quick: bool, variant: str, seed: int, optimizer: str):
-    """One local-minimum test, from the Store (``histogram-stationarity-cache.jsonl``) if it was
+    """One local-minimum test, from the Store (:data:`STATIONARITY_STORE`) if it was
     computed before, else computed (its retraining resumable from ``.histogram-checkpoints`` in
     full mode) and stored."""
     from theory.histogram import stationarity
@@ -413,7 +416,7 @@ def _stationarity_row(out_dir: Path, quick: bool, variant: str, seed: int, optim
         n_val=len(data.x_val),
         model=_theta_digest(model.theta),
     )
-    store = Store(Path(out_dir) / "histogram-stationarity-cache.jsonl")
+    store = Store(Path(out_dir) / STATIONARITY_STORE)
     row = store.get(key)
     if row is None:
         res = stationarity(
@@ -512,7 +515,7 @@ def _mean_se(values) -> tuple[float, float, int]:
     cut="2 of the published 10 seeds: the other 8 (4 retrainings of 100 epochs each, ~21 "
     "core-min a seed) would cost ~2.8 core-h, plus their trained models (see "
     "histogram-learning-curves)",
-    cost=4200,
+    cost=3400,
 )
 def fig_stationarity(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)

@@ -137,6 +137,7 @@ def stationarity(
         init_theta=start,
         checkpoint=checkpoint,
         progress=progress,
+        evaluate_every=0,  # only the end point counts: a third less time per epoch
     )
     retrained = res.theta.astype(np.float64)
     start = res.init_theta.astype(np.float64)  # what training really started from (dtype)
