@@ -37,10 +37,13 @@ class Reproduces:
     figure ``ref`` in it (``"Fig. 3"``, ``"App. finite-size"``), one line on ``what`` it shows,
     the ``files`` it writes (names relative to the output folder), and ``cut``: what its full
     mode runs less of than the published protocol (seeds; d, grids and step counts are kept)
-    and what the published count would cost ("" when nothing is cut); ``cost``: roughly what its
-    full mode costs from nothing, in seconds of one worker on a 2-core machine (None: not
-    said) -- the order in which a pool starts pieces that have no recorded run in the output
-    folder (longest first)."""
+    and what the published count would cost ("" when nothing is cut); ``cost``: what its full
+    mode costs in a whole full run from nothing, in seconds of one worker of ``--workers 2`` on
+    a 2-core machine, as measured (BENCHMARKS.md, "Full run from nothing"; a product that
+    several pieces share, such as the histogram models or the α_c lines, counts in the pieces
+    that made it in that run), None: not said.  A pool starts the pieces that have no recorded
+    run in the output folder longest first by it, and the full SUMMARY.md's compute budget
+    counts at least it for each piece."""
 
     paper: str
     ref: str

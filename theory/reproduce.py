@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures as cf
-import contextlib
 import fnmatch
 import hashlib
 import importlib
@@ -34,9 +33,7 @@ import importlib.util
 import inspect
 import json
 import math
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -45,7 +42,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from theory import __version__
-from theory._util import atomic_write_text, local_pool, stop_pool, to_jsonable
+from theory._util import (
+    atomic_write_text,
+    interrupt_flag,
+    local_pool,
+    stop_pool,
+    to_jsonable,
+    wait_first,
+)
 from theory.plotting import Reproduces
 from theory.store import Store
 
@@ -126,6 +130,7 @@ class Outcome:
     ref: str | None = None
     what: str | None = None
     cut: str = ""
+    cost: float | None = None  # the full-mode cost from nothing the piece states
 
     @property
     def has_result(self) -> bool:
@@ -147,6 +152,7 @@ class Outcome:
                 ref=self.ref,
                 what=self.what,
                 cut=self.cut,
+                cost=self.cost,
             )
         )
 
@@ -411,29 +417,6 @@ def _run_named(module: str, name: str, out: str, quick: bool) -> tuple[dict, flo
     return _run_piece(importlib.import_module(module).FIGURES[name], out, quick)
 
 
-@contextlib.contextmanager
-def _interrupt_flag():
-    """While a pool runs, SIGINT and SIGTERM set the yielded event instead of raising: the
-    waiting loop raises KeyboardInterrupt itself, between two waits. Raised from a signal
-    handler, it could land inside concurrent.futures while a future's lock was held, and
-    :func:`stop_pool`'s cancellation then waited on that lock forever (a SIGINT test of CI hung
-    so). Outside the main thread, where signal handlers cannot be set, the event never fires."""
-    flag = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-
-    def _set(signum, frame):
-        flag.set()
-
-    old = {s: signal.signal(s, _set) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield flag
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def _error_text(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
@@ -580,9 +563,9 @@ def run_reproduce(
                 futs[executor.submit(_run_named, p.module, p.name, str(out), quick)] = p
                 t0s[p.name] = time.perf_counter()
             pending = set(futs)
-            with _interrupt_flag() as interrupted:
+            with interrupt_flag() as interrupted:
                 while pending:
-                    done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+                    done, pending = wait_first(pending, interrupted)
                     for fut in done:
                         p = futs[fut]
                         try:
@@ -637,7 +620,7 @@ def run_reproduce(
         for o in ordered:
             described = pieces[o.name].describe()
             o.paper, o.ref, o.what = described["paper"], described["ref"], described["what"]
-            o.cut = described["cut"]
+            o.cut, o.cost = described["cut"], described["cost"]
         report = Report(out, quick, ordered, time.perf_counter() - t_start)
         report.summary = write_summary(report)
     return report
@@ -749,10 +732,13 @@ def _budget_lines(report: Report) -> list[str]:
     """The "Compute budget" section: the summed piece times, the wall time of the same pieces
     on 2 workers, the target (full mode), and each piece's cut from the published protocol."""
     longest = _recorded_seconds(open_cache(report.out), report.quick)
+    stated = {
+        o.name: float(o.cost) for o in report.outcomes if not report.quick and o.cost is not None
+    }
     cost = {
-        o.name: max(longest.get(o.name, 0.0), o.seconds or 0.0)
+        o.name: max(longest.get(o.name, 0.0), o.seconds or 0.0, stated.get(o.name, 0.0))
         for o in report.outcomes
-        if o.has_result and (o.seconds is not None or o.name in longest)
+        if o.has_result and (o.seconds is not None or o.name in longest or o.name in stated)
     }
     total = sum(cost.values())
     wall2 = list_schedule(sorted(cost.values(), reverse=True), 2)
@@ -775,8 +761,16 @@ def _budget_lines(report: Report) -> list[str]:
         "Each piece counts its longest recorded run in this folder, roughly its cost from "
         "nothing (a later run that reuses the stored simulations and fixed points is shorter; "
         "the figure table above gives the run shown). A run made on a shared machine counts "
-        "its slowdown, and a piece whose every run reused an earlier store counts less than "
-        "its cost from nothing.",
+        "its slowdown."
+        + (
+            " In full mode a piece counts at least the cost from nothing that its "
+            "`@reproduces(cost=...)` states, measured in a run from nothing on 2 cores "
+            "(BENCHMARKS.md, 'Full run from nothing'), so that a folder whose runs reused "
+            "stored work still gives the cost of the whole run."
+            if not report.quick
+            else " A piece whose every run reused an earlier store counts less than its cost "
+            "from nothing."
+        ),
     ]
     if missing:
         lines += ["", f"No time on record (not run): {', '.join(missing)}."]

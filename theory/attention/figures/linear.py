@@ -96,7 +96,7 @@ def simulate_linear(alpha, params, d, seed, *, n_test=4000, lam_b=LAM_B, store=N
     "eps_g of the linear positional baseline B X trained at finite d (vs alpha at omega = 0.3, "
     "vs omega at alpha = 2) against its d -> infinity closed form",
     ["erm-linear-baseline.png"],
-    cost=300,
+    cost=350,
 )
 def fig_linear_baseline(out_dir, quick: bool) -> dict:
     """ε_g of the trained baseline vs α (ω = 0.3) and vs ω (α = 2), closed form over it."""

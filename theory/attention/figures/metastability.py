@@ -102,7 +102,7 @@ def _frame(ax, xe, ye):
     ["erm-metastability.png"],
     cut="one seed per cell (no published count: the piece goes beyond the paper); a second "
     "seed, 315 more L-BFGS runs at d = 1000, would cost ~20 CPU-min",
-    cost=1800,
+    cost=1100,
 )
 def fig_metastability(out_dir: Path, quick: bool) -> dict:
     from matplotlib.colors import BoundaryNorm, ListedColormap

@@ -283,7 +283,7 @@ def _cell_means(rows, alphas, omegas) -> np.ndarray:
     ["erm-rank2.png"],
     cut="the (alpha, omega) map: one seed per cell (625 L-BFGS runs at d = 1000, ~35 CPU-min); "
     "10 seeds, the count of the published alpha line, would be ~6 CPU-h",
-    cost=3100,
+    cost=5900,
 )
 def fig_rank2(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub

@@ -329,7 +329,7 @@ def gd_check(alpha, omega, d, seed, *, params: ERMParams = PARAMS, store=None) -
     ["erm-omega03.png"],
     cut="8 seeds, where the authors average 24 GD runs: the other 16 seeds are 800 more L-BFGS "
     "runs at d = 1000, ~18 CPU-min (1.3 CPU-s a run)",
-    cost=1000,
+    cost=690,
 )
 def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     from theory.attention.figures import published as pub
@@ -580,7 +580,7 @@ def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, rule=None, store: S
     "(alpha, omega) heat maps at d = 1000 on the published grid: Delta eps_t (GD minimisers) "
     "with alpha_c(omega), and eps_g^lin - eps_g with alpha_l(omega)",
     ["erm-phase-diagram.png"],
-    cost=1300,
+    cost=600,
 )
 def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -602,7 +602,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     "the (alpha, omega) heat maps for A = [[0.3, 0.7], [0.8, 0.2]] at d = 1000 on the published "
     "grid, theory lines at a few omega (full mode only: the asymmetric-A theory is slow)",
     ["erm-phase-diagram-otherA.png"],
-    cost=2600,
+    cost=2950,
 )
 def fig_phase_diagram_other_a(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -877,7 +877,7 @@ def branch_fixed_points(
     ["erm-d-scaling.png"],
     cut="60 runs per (d, init), where the authors take up to 70: the other 10 per (d, init) "
     "would cost ~1/6 more (~100 CPU-s)",
-    cost=600,
+    cost=115,
 )
 def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=1.5) -> dict:
     from theory.attention.figures.heatmap import legend_below
@@ -1012,7 +1012,7 @@ def fig_d_scaling(out_dir: Path, quick: bool, *, omega=0.3, alpha=1.5) -> dict:
     "inits at alpha = 2, omega = 0.3 (GD at d = 1000, Adam from random init at d = 100), "
     "with the two theory fixed points",
     ["erm-inits.png"],
-    cost=200,
+    cost=130,
 )
 def fig_inits(out_dir: Path, quick: bool, *, alpha=2.0, omega=0.3) -> dict:
     from theory.attention.figures.adam import simulate_adam

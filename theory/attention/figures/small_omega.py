@@ -96,7 +96,7 @@ def rs_rows(params, ds, *, store: Store) -> list[dict]:
     "against the semantic, positional and trivial fixed points, and the replica-symmetry check "
     "of the theta = 0 sector (restarts on one data set)",
     ["erm-small-omega.png"],
-    cost=900,
+    cost=225,
 )
 def fig_small_omega(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures.heatmap import legend_below

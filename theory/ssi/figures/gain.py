@@ -102,7 +102,7 @@ def _after_T(row, kind, T):
     "tied vs untied gain vs L under the published step-size protocol (gamma_tied = 2e-4 sqrt(L), "
     "gamma_untied = 2e-4) and at optimal steps: SGD, ODE and the published points",
     ["sgd-gain-published-protocol.png"],
-    cost=1700,
+    cost=990,
 )
 def fig_gain_published_protocol(out_dir, quick):
     """Gain nu_untied / nu_tied vs L for Σ He2/√2 with ReLU: the published Fig. 3 protocol

@@ -95,7 +95,7 @@ def _panel(ax, out_dir, store, cases, d, t_max, seeds, quick):
     "tied attention (Tr/sqrt(L), L = 2) learns the odd target He1(z1) + He1(z2) only with an "
     "injected encoding P_l = c w*/sqrt(d): risk R(m) and m(t), ODE over full-d SGD",
     ["sgd-injected-pe.png"],
-    cost=30,
+    cost=90,
 )
 def fig_injected_pe(out_dir, quick):
     """Left: R(m) at e = 0 for c = 0, -1, -2 (theory).  Right: m(t), ODE against full-d SGD."""
@@ -129,7 +129,7 @@ def fig_injected_pe(out_dir, quick):
     "the target sees the injected encoding (z*_l = xi_l + c): sum He2(z_l)/sqrt(2) learned by "
     "attention with P = c w*/sqrt(d), target blind vs seeing the encoding, ODE over full-d SGD",
     ["sgd-target-sees-pe.png"],
-    cost=15,
+    cost=40,
 )
 def fig_target_sees_pe(out_dir, quick):
     """The same student (c = -1) on sum He2/sqrt(2) when the target does not see the encoding

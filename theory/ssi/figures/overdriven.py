@@ -64,7 +64,7 @@ def overdriven_ode_gains(Ls, etas, d=D_PUB, m0=M0_AUTHORS) -> dict:
     "the untied network overdriven at gamma_untied = 0.05 L (d = 3000, T = 1e4, L up to 200): "
     "gain vs L, ODE at three thresholds and exact-chain SGD, against the published ~4.7 at 180",
     ["sgd-gain-overdriven.png"],
-    cost=30,
+    cost=65,
 )
 def fig_gain_overdriven(out_dir, quick):
     """Gain nu_untied / nu_tied vs L under the authors' Fig. 9 protocol."""

@@ -419,7 +419,7 @@ def _landscape_numbers(lands: dict, fig: str, with_kappa: bool) -> list:
     "Fig. 4",
     "the (a, omega) phase diagram of the SGD fixed points, with its exact boundaries",
     ["sgd-phase-diagram.png"],
-    cost=10,
+    cost=6,
 )
 def _fig_phase(out_dir: Path, quick: bool):
     t0 = time.time()
@@ -455,7 +455,7 @@ def _fig_phase(out_dir: Path, quick: bool):
     "Fig. 5 left",
     "the risk landscape R(e, m) at a = 1, omega = 0.67 with ODE trajectories",
     ["sgd-landscape-a1-omega067.png"],
-    cost=10,
+    cost=5,
 )
 def _fig_landscape(out_dir: Path, quick: bool):
     a, om = 1.0, 0.67
@@ -491,7 +491,7 @@ def _fig_landscape(out_dir: Path, quick: bool):
     "R(e, m) of He2(z1) + He2(z2) on the disk without and with P1 = -P2, Hessian at 0 printed, "
     "for Tr and Tr/sqrt(L)",
     ["sgd-fig1-landscapes.png"],
-    cost=15,
+    cost=20,
 )
 def _fig_landscapes_he2(out_dir: Path, quick: bool):
     lands = trace_landscapes(HE2_TARGET, *((21, 73) if quick else (51, 181)))
@@ -509,7 +509,7 @@ def _fig_landscapes_he2(out_dir: Path, quick: bool):
     "flatness at 0 of 4/3 + He4(z1) + 2 He4(z2) as 2-D landscapes R(e, m) without and with "
     "P1 = -P2, for Tr and Tr/sqrt(L)",
     ["sgd-flatness.png"],
-    cost=20,
+    cost=26,
 )
 def _fig_flatness(out_dir: Path, quick: bool):
     # the disk of radius 0.6 around the start, symmetric-log levels: the flatness is visible

@@ -37,9 +37,9 @@ TARGETS_SIE = {
 
 
 def _workers(quick):
-    import os
+    from theory._util import cpu_share
 
-    return min(2, os.cpu_count() or 1)
+    return min(2, cpu_share())
 
 
 def _store(out_dir, name) -> Store:
@@ -99,7 +99,7 @@ def _tied(expr, act, L=2):
     "Sec. escape times (SIE 1-3)",
     "ODE vs SGD m(t) for SIE 1, 2 and 3 targets",
     ["sgd-trajectories.png"],
-    cost=180,
+    cost=230,
 )
 def fig_trajectories(out_dir, quick):
     """ODE vs SGD m(t) for SIE 1, 2, 3 targets (tied network, L = 2, no encoding: e = 0)."""
@@ -272,7 +272,7 @@ def _scale(k, d):
     "weak-recovery steps vs d for SIE 1, 2 and 3: SGD distributions (median, 10-90 %) against "
     "the ODE, with fitted laws d, d log^2 d, d^2",
     ["sgd-escape.png"],
-    cost=270,
+    cost=400,
 )
 def fig_escape(out_dir, quick):
     """Weak-recovery steps vs d for SIE 1, 2, 3 (tied network, L = 2): the distribution of the
@@ -452,7 +452,7 @@ def _gain_setup(quick):
     "Fig. 3",
     "tied vs untied gain vs L at equal and at optimal step sizes: published formula, ODE and SGD",
     ["sgd-gain.png"],
-    cost=1000,
+    cost=1400,
 )
 def fig_gain(out_dir, quick):
     """Tied vs untied gain vs L at equal and optimal step sizes: the published formula, this
@@ -604,7 +604,7 @@ def fig_gain(out_dir, quick):
     "the pathological targets z1 - z2 and (z1^2 - z2^2)/sqrt(2) at gamma = 5e-3, d = 1000: the "
     "tied network stays at m ~ 1/sqrt(d), the untied one crosses eta",
     ["sgd-pathological.png"],
-    cost=170,
+    cost=490,
 )
 def fig_pathological(out_dir, quick):
     """z1 - z2 (T = 1e5 steps) and (z1^2 - z2^2)/sqrt(2) (T = 1e6) at the published gamma = 5e-3,
@@ -826,11 +826,11 @@ def _fraction_piece(d: int, ref: str, quick_omegas, quick_runs: int, cost: float
 
 
 fig_fraction_positional = _fraction_piece(
-    1000, "Fig. 5 right", np.round(np.arange(0.55, 0.801, 0.05), 3), 8, cost=900
+    1000, "Fig. 5 right", np.round(np.arange(0.55, 0.801, 0.05), 3), 8, cost=670
 )
 # Fig. 12: published with 16 runs per omega (the caption says 25), a smoother transition
 fig_fraction_positional_d100 = _fraction_piece(
-    100, "Fig. 12", np.round(np.arange(0.45, 0.851, 0.05), 3), 16, cost=60
+    100, "Fig. 12", np.round(np.arange(0.45, 0.851, 0.05), 3), 16, cost=115
 )
 
 
@@ -842,7 +842,7 @@ fig_fraction_positional_d100 = _fraction_piece(
     "Fig. 5 left (SGD)",
     "the risk landscape at a = 1, omega = 0.67 with SGD trajectories from the origin",
     ["sgd-landscape-trajectories.png"],
-    cost=10,
+    cost=15,
 )
 def fig_landscape_trajectories(out_dir, quick):
     """Risk landscape at a = 1, omega = 0.67 with SGD trajectories from the origin."""
@@ -890,7 +890,7 @@ def fig_landscape_trajectories(out_dir, quick):
     "the 'yellow region' (a = 0.76, omega = 0.95): SGD runs from the origin on the landscape and "
     "e(nu), m(nu) up to T = 1e8 steps",
     ["sgd-yellow-region.png"],
-    cost=330,
+    cost=440,
 )
 def fig_yellow_region(out_dir, quick):
     """a = 0.76, omega = 0.95 (unique semantic minimum, positional initial dynamics): runs from
@@ -952,7 +952,7 @@ def fig_yellow_region(out_dir, quick):
     "softmax attention (Tr/sqrt(L), no PE) against the untied square network on "
     "(1/sqrt(L)) sum He2/sqrt(2): ODE crossing times vs L (no SGD)",
     ["sgd-attention-vs-square.png"],
-    cost=20,
+    cost=12,
 )
 def fig_attention_vs_square(out_dir, quick):
     """Steps for m to reach eta from m0 = 1/sqrt(d) (package ODE), gamma = 5e-4, d = 1000, for

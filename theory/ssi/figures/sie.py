@@ -81,7 +81,7 @@ def _fmt(x, digits=6):
     "SIE and gain table",
     "SIE, leading Hermite tensor and tied/untied gain: ours and the published formula",
     ["sie-gains.png", "sie-table.md"],
-    cost=5,
+    cost=4,
 )
 def sie_gains(out_dir: Path, quick: bool) -> dict:
     from theory.plotting import use_agg
