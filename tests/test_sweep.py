@@ -405,13 +405,16 @@ def test_cpu_share_is_the_core_count_outside_a_pool(monkeypatch):
     assert cpu_share() == 8
 
 
-def test_a_signal_during_a_pool_wait_becomes_a_flag_and_an_interrupt_between_waits():
-    """interrupt_flag turns SIGINT (Python's default handler) into an event and restores the
-    handler after; an ignored signal stays ignored; wait_first returns what finished and raises
-    KeyboardInterrupt only once the event is set, never from inside the handler."""
+def test_a_signal_during_a_pool_wait_becomes_a_flag_and_an_interrupt_between_waits(monkeypatch):
+    """interrupt_flag turns SIGINT into an event (also where it was ignored at start-up, as in a
+    background job) and restores the handler after; inside a pool worker it replaces nothing;
+    wait_first returns what finished and raises KeyboardInterrupt only once the event is set,
+    never from inside the handler."""
     import concurrent.futures as cf
 
-    from theory._util import interrupt_flag, wait_first
+    from theory._util import CPU_SHARE_ENV, interrupt_flag, wait_first
+
+    monkeypatch.delenv(CPU_SHARE_ENV, raising=False)
 
     before = signal.getsignal(signal.SIGINT)
     done = cf.Future()
@@ -429,7 +432,11 @@ def test_a_signal_during_a_pool_wait_becomes_a_flag_and_an_interrupt_between_wai
     assert signal.getsignal(signal.SIGINT) is before
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        with interrupt_flag():  # ignored at start-up (a background job): still a flag
+            assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        monkeypatch.setenv(CPU_SHARE_ENV, "1")  # inside a pool worker: left alone
         with interrupt_flag():
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # a worker's: left alone
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, old)

@@ -322,25 +322,26 @@ def interrupt_flag():
     handler, a KeyboardInterrupt can land inside ``concurrent.futures`` while a future's lock is
     held (``as_completed`` takes every future's lock in turn), and :func:`stop_pool`'s
     cancellation then waits on that lock forever (a SIGINT test of ``theory reproduce`` hung
-    so).  Only a handler that is Python code (``default_int_handler``, the CLI's
-    SIGTERM -> KeyboardInterrupt) is replaced: a signal that is ignored or kills the process (a
-    pool worker's) is left alone.  Outside the main thread, where handlers cannot be set, the
-    event never fires."""
+    so).  SIGINT is replaced even where it was ignored at start-up (a run started in the
+    background), as a Ctrl-C must stop a pool; SIGTERM only where its handler is Python code
+    (the CLI's SIGTERM -> KeyboardInterrupt), elsewhere it kills the process as before.  Inside
+    a :func:`local_pool` worker nothing is replaced: there SIGINT is the parent's to handle and
+    SIGTERM stops the worker at once.  Outside the main thread, where handlers cannot be set,
+    the event never fires."""
     import signal
     import threading
 
     flag = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or os.environ.get(CPU_SHARE_ENV):
         yield flag
         return
 
     def _set(signum, frame):
         flag.set()
 
-    old = {}
-    for s in (signal.SIGINT, signal.SIGTERM):
-        if callable(signal.getsignal(s)):
-            old[s] = signal.signal(s, _set)
+    old = {signal.SIGINT: signal.signal(signal.SIGINT, _set)}
+    if callable(signal.getsignal(signal.SIGTERM)):
+        old[signal.SIGTERM] = signal.signal(signal.SIGTERM, _set)
     try:
         yield flag
     finally:
