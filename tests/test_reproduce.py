@@ -662,8 +662,9 @@ def test_a_pool_starts_the_longest_recorded_pieces_first(fake):
 
 def test_pieces_never_run_in_the_folder_start_by_their_stated_cost():
     # from nothing (no record in the output folder) a full-mode pool orders by the cost each
-    # @reproduces states, longest first; a recorded run overrides it, and a piece with
-    # neither goes first (unknown); quick mode ignores the stated (full-mode) cost
+    # @reproduces states, longest first; a longer recorded run overrides it, a shorter one (a
+    # rerun that read stored work) does not -- the budget's rule; a piece with neither goes
+    # first (unknown); quick mode ignores the stated (full-mode) cost
     from theory.plotting import Reproduces
 
     def piece(name, cost):
@@ -674,6 +675,7 @@ def test_pieces_never_run_in_the_folder_start_by_their_stated_cost():
     for quick, recorded, order in (
         (False, {}, ["unknown", "dear", "mid", "cheap"]),
         (False, {"cheap": 5000.0}, ["unknown", "cheap", "dear", "mid"]),
+        (False, {"dear": 1.0}, ["unknown", "dear", "mid", "cheap"]),
         (True, {"cheap": 1.0}, ["unknown", "dear", "mid", "cheap"]),
     ):
         ranked = sorted(todo, key=lambda p: -rp._expected_seconds(p, recorded, quick))

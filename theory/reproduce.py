@@ -15,7 +15,8 @@ with one sentence saying how (method, sizes, seeds).  This module
   version and the source of EVERY module of the package the piece's module imports, directly or
   not (found by reading the import statements, including those inside functions), so editing a
   model invalidates the figures that use it.  A rerun reuses a cached piece if every file it
-  lists still exists;
+  lists still exists.  The committed ``figures/full`` keeps this record in git, so a checkout
+  that reruns one piece still lists every other in its SUMMARY.md;
 * writes ``<out>/SUMMARY.md`` (atomically): the table of headline numbers with their "how", the
   status and time of every piece.  A piece not run now and not cached for the current code,
   whose newest run with earlier code left its files, is listed with that run's figure and
@@ -350,13 +351,13 @@ def _recorded_seconds(cache: Store, quick: bool) -> dict[str, float]:
 
 
 def _expected_seconds(piece: Piece, recorded: dict[str, float], quick: bool) -> float:
-    """What ``piece`` is expected to cost: its longest recorded run (``recorded``), else in
-    full mode the ``cost`` of its ``@reproduces``, else infinity (unknown: start it first)."""
-    if piece.name in recorded:
-        return recorded[piece.name]
+    """What ``piece`` is expected to cost, by the compute budget's rule: the larger of its
+    longest recorded run (``recorded``) and, in full mode, the ``cost`` its ``@reproduces``
+    states; infinity if neither is known (unknown: start it first)."""
+    known = [recorded[piece.name]] if piece.name in recorded else []
     if not quick and piece.meta is not None and piece.meta.cost is not None:
-        return piece.meta.cost
-    return math.inf
+        known.append(float(piece.meta.cost))
+    return max(known) if known else math.inf
 
 
 def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:

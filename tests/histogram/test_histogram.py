@@ -327,6 +327,12 @@ def test_stationarity_distances(quick_models, small_data):
     init = quick_models["semantic"].init_theta.astype(np.float64)
     frozen = H.embed_restricted(quick_models["semantic"].theta.astype(np.float64), "semantic")
     assert res.distance_init_to_frozen == pytest.approx(np.linalg.norm(init - frozen))
+    # the same distance from the trained model alone; the authors' sum of the 11 tensor norms
+    # lies between the whole vector's norm and sqrt(11) times it
+    t, e = H.init_to_frozen(quick_models["semantic"])
+    assert e == pytest.approx(np.linalg.norm(init - frozen), rel=1e-12)
+    assert t == res.tensor_sum_init_to_frozen
+    assert e <= t <= np.sqrt(len(H.PARAM_SHAPES)) * e
     # 19 SGD steps of lr 1e-3 move the parameters far less than training did
     assert 0 < res.distance_frozen_to_retrained < 0.1 * res.distance_init_to_frozen
     assert res.val_accuracy_frozen == pytest.approx(quick_models["semantic"].val_accuracy, abs=0.05)
@@ -540,6 +546,15 @@ def test_stationarity_piece_quick_mode_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr("theory.histogram.stationarity", boom)
     again = P.fig_stationarity(tmp_path, quick=True)
     assert [n["value"] for n in again["numbers"]] == [n["value"] for n in out["numbers"]]
+
+    # the retraining test at one seed: its distances have no SE, while init -> frozen (no
+    # retraining) stays the mean over both trained models
+    monkeypatch.setattr(P, "STATIONARITY_QUICK", dict(P.STATIONARITY_QUICK, seeds=(0,)))
+    one = {n["name"]: n for n in P.fig_stationarity(tmp_path, quick=True)["numbers"]}
+    for v in ("positional", "semantic"):
+        assert np.isnan(one[f"histogram_dist_retrained_{v}_sgd"]["value_err"])
+        assert one[f"histogram_dist_init_{v}"]["value"] == nums[f"histogram_dist_init_{v}"]["value"]
+        assert np.isfinite(one[f"histogram_dist_init_{v}"]["value_err"])
 
 
 def test_semantic_model_attends_to_equal_tokens(quick_models, small_data):

@@ -37,7 +37,12 @@ from theory.histogram.model import (
     unpack,
 )
 from theory.histogram.optim import SGD, Adam
-from theory.histogram.stationarity import StationarityResult, stationarity, tensor_sum_distance
+from theory.histogram.stationarity import (
+    StationarityResult,
+    init_to_frozen,
+    stationarity,
+    tensor_sum_distance,
+)
 from theory.histogram.train import (
     HISTORY_KEYS,
     HistogramTrainResult,
@@ -84,6 +89,7 @@ __all__ = [
     "qk_mask",
     "save_model",
     "stationarity",
+    "init_to_frozen",
     "tensor_sum_distance",
     "train",
     "unpack",
