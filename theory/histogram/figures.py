@@ -42,9 +42,10 @@ FULL_PUBLISHED_SEEDS = 10
 # code path); full = the published 100 epochs on the full data.  Full cost, from a timing sample
 # (BENCHMARKS.md "Histogram task": one epoch of 35 000 sequences = 2.0 s of training + 1.1 s of
 # evaluation on one idle core): 100 epochs = 5.2 min per run, 4 runs (2 variants x SGD/Adam) per
-# seed = 21 min per seed of one core (measured 4.6 s per retraining epoch on a slower machine:
-# 31 min).  The published 10 seeds (3.5 h, plus training 16 more models) exceed the budget: full
-# mode takes seed 0 (its 4 retrainings; the published SD over 10 runs is drawn beside it).
+# seed = 21 min per seed of one core (~4.0 CPU-s per retraining epoch on the slower machine of
+# 2026-12-06: 27 min).  The published 10 seeds (3.5 h, plus training 16 more models) exceed the
+# budget: full mode takes seed 0 (its 4 retrainings; the published SD over 10 runs is drawn
+# beside it).
 STATIONARITY_QUICK = dict(seeds=(0, 1), epochs=3, n_train=2000, n_val=1000)
 STATIONARITY_FULL = dict(seeds=(0,), epochs=100, n_train=None, n_val=None)
 STATIONARITY_NOISE = 1e-3
@@ -517,10 +518,10 @@ def _mean_se(values) -> tuple[float, float, int]:
     "distances of the local-minimum test: restricted solution embedded, perturbed and retrained "
     "in the unrestricted model with SGD and with Adam",
     ["histogram-stationarity.png"],
-    cut="1 of the published 10 seeds: the other 9 (4 retrainings of 100 epochs each, ~31 "
-    "core-min a seed) would cost ~4.6 core-h, plus their trained models (see "
+    cut="1 of the published 10 seeds: the other 9 (4 retrainings of 100 epochs each, ~27 "
+    "core-min a seed) would cost ~4 core-h, plus their trained models (see "
     "histogram-learning-curves); with one seed there is no SE, the published SD is drawn",
-    cost=3800,
+    cost=3600,
 )
 def fig_stationarity(out_dir, quick: bool) -> dict:
     from theory.histogram.stationarity import init_to_frozen
