@@ -687,3 +687,26 @@ def test_every_registered_piece_states_its_full_cost():
     # leave the hour-long histogram pieces to the end)
     missing = [n for n, p in rp.discover().items() if p.meta is None or p.meta.cost is None]
     assert missing == []
+
+
+def test_the_committed_full_folder_records_every_piece():
+    # the record of finished pieces is what lets a fresh checkout rerun one piece and still
+    # write every other piece's figure and numbers into SUMMARY.md: it must be in git (not
+    # ignored) and hold a run of every registered piece whose files are committed
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    full = root / "figures" / "full"
+    record = full / rp.CACHE_DIR / rp.CACHE_NAME
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", str(record.relative_to(root))], cwd=root
+    ).returncode
+    assert ignored == 1, f"{record} is ignored by .gitignore"
+    cache = rp.open_cache(full)
+    missing = [
+        n for n, p in rp.discover().items() if rp._load_earlier(cache, full, p, quick=False) is None
+    ]
+    assert missing == []
