@@ -445,7 +445,7 @@ def plot_stationarity(summary: dict, out: str | Path | None = None, *, title: st
     use_agg()
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.4))
     variants = ("positional", "semantic")
     marks = {"sgd": ("o", "SGD lr 1e-3"), "adam": ("s", f"Adam lr {STATIONARITY_ADAM_LR:g}")}
     for ax, (field, kind, label) in zip(axes, STATIONARITY_DISTANCES):
@@ -484,7 +484,8 @@ def plot_stationarity(summary: dict, out: str | Path | None = None, *, title: st
                     fmt=mk,
                     color="gray",
                     mfc="gray" if opt == "sgd" else "white",
-                    label=f"{lab} (simulation, "
+                    label=("trained models" if kind == "dist_init" else f"{lab} retraining")
+                    + " (simulation, "
                     + ("1 seed" if n == 1 else f"{n} seeds, ± SE")
                     + "; colour = variant)",
                 )
@@ -494,7 +495,8 @@ def plot_stationarity(summary: dict, out: str | Path | None = None, *, title: st
         ax.set_ylabel("Σ over the 11 tensors of ‖Δ‖ (authors' distance)")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        # under the axes: inside, it covered the init -> frozen error bars
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
     fig.suptitle(title or "histogram task: local-minimum test", fontsize=10)
     fig.tight_layout()
     if out is not None:
@@ -562,7 +564,8 @@ def fig_stationarity(out_dir, quick: bool) -> dict:
         out,
         title=(
             f"histogram local-minimum test: {cfg['epochs']} retraining epochs on {n_train} "
-            f"sequences, seeds {list(cfg['seeds'])} (published: 100 epochs, 10 runs)"
+            f"sequences, seeds {list(cfg['seeds'])}; init -> frozen: the trained models of "
+            f"seeds {train_seeds} (published: 100 epochs, 10 runs)"
         ),
     )
     numbers = []
