@@ -350,14 +350,19 @@ def _recorded_seconds(cache: Store, quick: bool) -> dict[str, float]:
     return out
 
 
-def _expected_seconds(piece: Piece, recorded: dict[str, float], quick: bool) -> float:
-    """What ``piece`` is expected to cost, by the compute budget's rule: the larger of its
-    longest recorded run (``recorded``) and, in full mode, the ``cost`` its ``@reproduces``
-    states; infinity if neither is known (unknown: start it first)."""
-    known = [recorded[piece.name]] if piece.name in recorded else []
-    if not quick and piece.meta is not None and piece.meta.cost is not None:
-        known.append(float(piece.meta.cost))
+def _piece_cost(recorded: float | None, stated: float | None) -> float:
+    """The one rule for what a piece costs (pool order and compute budget): the larger of its
+    longest recorded run and the cost its ``@reproduces`` states (full mode); infinity if
+    neither is known."""
+    known = [float(x) for x in (recorded, stated) if x is not None]
     return max(known) if known else math.inf
+
+
+def _expected_seconds(piece: Piece, recorded: dict[str, float], quick: bool) -> float:
+    """What ``piece`` is expected to cost (:func:`_piece_cost`): unknown pieces (infinity)
+    start first."""
+    stated = None if quick or piece.meta is None else piece.meta.cost
+    return _piece_cost(recorded.get(piece.name), stated)
 
 
 def _load_earlier(cache: Store, out: Path, piece: Piece, quick: bool) -> dict | None:
@@ -736,11 +741,12 @@ def _budget_lines(report: Report) -> list[str]:
     stated = {
         o.name: float(o.cost) for o in report.outcomes if not report.quick and o.cost is not None
     }
-    cost = {
-        o.name: max(longest.get(o.name, 0.0), o.seconds or 0.0, stated.get(o.name, 0.0))
-        for o in report.outcomes
-        if o.has_result and (o.seconds is not None or o.name in longest or o.name in stated)
-    }
+    cost = {}
+    for o in report.outcomes:
+        runs = [t for t in (longest.get(o.name), o.seconds) if t is not None]
+        c = _piece_cost(max(runs) if runs else None, stated.get(o.name))
+        if o.has_result and math.isfinite(c):
+            cost[o.name] = c
     total = sum(cost.values())
     wall2 = list_schedule(sorted(cost.values(), reverse=True), 2)
     missing = [o.name for o in report.outcomes if o.name not in cost]

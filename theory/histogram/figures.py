@@ -538,7 +538,7 @@ def fig_stationarity(out_dir, quick: bool) -> dict:
     to_init = {v: [init_to_frozen(models[v, s]) for s in train_seeds] for v in variants}
     rows = {
         (v, opt): [_stationarity_row(out_dir, quick, v, s, opt) for s in cfg["seeds"]]
-        for v in ("positional", "semantic")
+        for v in variants
         for opt in ("sgd", "adam")
     }
     fields = [f for f, _, _ in STATIONARITY_DISTANCES]
