@@ -281,6 +281,26 @@ def test_evaluating_less_often_trains_the_same_model(small_data):
         H.train(data, "semantic", 1, progress=False, evaluate_every=-1)
 
 
+def test_the_evaluation_schedule_only_thins_the_history(small_data):
+    """evaluate_first + evaluate_every evaluate exactly the epochs :func:`evaluated` names, with
+    the values of the run that evaluates every epoch, and the same parameters."""
+    from theory.histogram.train import evaluated
+
+    data = small_data.subset(600, 300)
+    every = H.train(data, "positional", 5, seed=4, progress=False)
+    thin = H.train(
+        data, "positional", 5, seed=4, progress=False, evaluate_every=3, evaluate_first=2
+    )
+    np.testing.assert_array_equal(thin.theta, every.theta)
+    shown = [e for e in range(1, 6) if evaluated(e, 3, 2)]
+    assert shown == [1, 2, 3]
+    for e in range(1, 6):
+        v = thin.history["val_accuracy"][e - 1]
+        assert (v == every.history["val_accuracy"][e - 1]) if e in shown else np.isnan(v)
+    with pytest.raises(ValueError, match="evaluate_first"):
+        H.train(data, "semantic", 1, progress=False, evaluate_first=-2)
+
+
 def test_train_rejects_bad_input(small_data):
     with pytest.raises(ValueError, match="variant"):
         H.train(small_data, "causal", 1, progress=False)
@@ -599,7 +619,7 @@ def test_full_mode_models_are_trained_once_and_shared_through_the_folder(tmp_pat
     # stationarity piece's models are the learning-curves piece's
     import theory.histogram.figures as hf
 
-    monkeypatch.setattr(hf, "FULL", dict(n_sequences=600, epochs=1, seeds=(0, 1)))
+    monkeypatch.setattr(hf, "FULL", dict(hf.FULL, n_sequences=600, epochs=1, seeds=(0, 1)))
     monkeypatch.setattr(hf, "_CACHE", {})
     runs, _, _ = hf._runs(tmp_path, quick=False)
     saved = sorted(p.name for p in tmp_path.glob("histogram-model-*.npz"))

@@ -30,13 +30,16 @@ from theory.histogram import blas_threads
 from theory.plotting import reproduces, use_agg
 
 SEQUENCES = ("BBCCDDBBBB", "LMDMMMAHHB", "ONMLKJIHGF")
-QUICK = dict(n_sequences=10_000, epochs=20, seeds=(0, 1))
+QUICK = dict(n_sequences=10_000, epochs=20, seeds=(0, 1), evaluate_every=1, evaluate_first=0)
 # full mode: the published data, optimiser and 200 epochs; seeds cut from the published 10 to 2
-# per variant (the 3 h budget of the whole full run).  One 200-epoch run is ~10-12 min of one
-# idle core (BENCHMARKS.md "Histogram task"), so the other 8 seeds per variant would cost 16 runs
-# = ~3 core-hours.  Trained models are kept as figures/full/histogram-model-<variant>-seed<s>.npz,
+# per variant (the 3 h budget of the whole full run).  One 200-epoch run is ~13 min of one core
+# (BENCHMARKS.md "Histogram task"), so the other 8 seeds per variant would cost 16 runs
+# = ~3.5 core-hours.  Trained models are kept as figures/full/histogram-model-<variant>-seed<s>.npz,
 # so adding a seed here trains only it.
-FULL = dict(n_sequences=50_000, epochs=200, seeds=(0, 1))
+# The learning curves evaluate (train + validation sets, ~1/4 of an epoch's CPU) after each of
+# the first 20 epochs and every 5th after that: 56 of 200 points, 0.75 of the evaluation's cost
+# saved (~190 CPU-s a model), the early rise resolved epoch by epoch on the log epoch axis.
+FULL = dict(n_sequences=50_000, epochs=200, seeds=(0, 1), evaluate_every=5, evaluate_first=20)
 FULL_PUBLISHED_SEEDS = 10
 # the stationarity piece: quick = the quick models, retrained on a subset for a few epochs (same
 # code path); full = the published 100 epochs on the full data.  Full cost, from a timing sample
@@ -69,8 +72,19 @@ _PUBLISHED_ZEROS = {"positional": (0.115, 0.009), "semantic": (0.103, 0.019)}
 COLORS = {"semantic": "tab:blue", "positional": "tab:orange", "both": "tab:green"}
 
 
-def plot_learning_curves(runs: dict, out: str | Path | None = None, *, title: str | None = None):
-    """``runs``: {variant: [HistogramTrainResult, ...]} (one per seed).  Returns the figure."""
+def plot_learning_curves(
+    runs: dict,
+    out: str | Path | None = None,
+    *,
+    title: str | None = None,
+    evaluate_every: int = 1,
+    evaluate_first: int = 0,
+):
+    """``runs``: {variant: [HistogramTrainResult, ...]} (one per seed).  Draws the epochs that
+    :func:`theory.histogram.train.evaluated` selects with ``evaluate_every``, ``evaluate_first``
+    (the schedule the runs were trained with, or a coarser one).  Returns the figure."""
+    from theory.histogram.train import evaluated
+
     use_agg()
     import matplotlib.pyplot as plt
 
@@ -80,10 +94,12 @@ def plot_learning_curves(runs: dict, out: str | Path | None = None, *, title: st
     for variant, results in runs.items():
         c = COLORS.get(variant)
         n_ep = min(len(r.history["epoch"]) for r in results)
-        ep = np.arange(1, n_ep + 1)
+        ep = np.array(
+            [e for e in range(1, n_ep + 1) if evaluated(e, evaluate_every, evaluate_first)]
+        )
         for key, ls, lab in (("val", "-", "validation"), ("train", "--", "train")):
-            acc = np.array([r.history[f"{key}_accuracy"][:n_ep] for r in results])
-            loss = np.array([r.history[f"{key}_loss"][:n_ep] for r in results])
+            acc = np.array([np.asarray(r.history[f"{key}_accuracy"])[ep - 1] for r in results])
+            loss = np.array([np.asarray(r.history[f"{key}_loss"])[ep - 1] for r in results])
             for ax, arr in ((ax_acc, acc), (ax_err, 1 - acc), (ax_loss, loss)):
                 mean = arr.mean(0)
                 ax.plot(
@@ -225,7 +241,16 @@ def _trained_model(out_dir: Path, quick: bool, data, variant: str, seed: int):
         ):
             return res
     ck = None if quick else Path(out_dir) / ".histogram-checkpoints"
-    res = train(data, variant, cfg["epochs"], seed=seed, checkpoint=ck, progress=not quick)
+    res = train(
+        data,
+        variant,
+        cfg["epochs"],
+        seed=seed,
+        checkpoint=ck,
+        progress=not quick,
+        evaluate_every=cfg["evaluate_every"],
+        evaluate_first=cfg["evaluate_first"],
+    )
     if not quick:
         save_model(path, res)
     return res
@@ -278,6 +303,12 @@ def _runs(out_dir: Path, quick: bool) -> tuple[dict, object, dict]:
     return runs, _data(quick), cfg
 
 
+def _evaluation_note(cfg) -> str:
+    if cfg["evaluate_every"] == 1:
+        return ""
+    return f"; evaluated after epochs 1-{cfg['evaluate_first']} and every {cfg['evaluate_every']}th"
+
+
 def _published_accuracy(variant: str) -> str:
     from theory.published import published
 
@@ -301,7 +332,7 @@ def _how(cfg, data, quick, pooled: bool = True):
             ""
             if quick
             else f" ({len(cfg['seeds'])} of the published {FULL_PUBLISHED_SEEDS} seeds: each "
-            "200-epoch run costs ~10 min of one core)"
+            "200-epoch run costs ~13 min of one core)"
         )
     )
 
@@ -313,8 +344,9 @@ def _how(cfg, data, quick, pooled: bool = True):
     "training curves of the histogram task for the positional and the semantic solution",
     ["histogram-learning-curves.png"],
     cut="2 of the published 10 seeds per variant: the other 16 200-epoch runs would cost "
-    "~4.4 core-h (one run ~990 CPU-s, measured 2026-12-06)",
-    cost=2000,
+    "~3.5 core-h (one run ~785 CPU-s: 200 epochs x 3.57 s of training + 57 evaluations x 1.23 s, "
+    "measured 2026-12-06)",
+    cost=1600,
 )
 def fig_learning_curves(out_dir, quick: bool) -> dict:
     out_dir = Path(out_dir)
@@ -326,7 +358,10 @@ def fig_learning_curves(out_dir, quick: bool) -> dict:
         title=(
             f"histogram task (L=10, T=15, d=64): {len(data.x_train)} train sequences, "
             f"Adam lr 1e-3 batch 32, seeds {list(cfg['seeds'])} (shaded: min..max)"
+            + _evaluation_note(cfg)
         ),
+        evaluate_every=cfg["evaluate_every"],
+        evaluate_first=cfg["evaluate_first"],
     )
     numbers = []
     for variant, results in runs.items():
@@ -523,7 +558,7 @@ def _mean_se(values) -> tuple[float, float, int]:
     cut="1 of the published 10 seeds: the other 9 (4 retrainings of 100 epochs each, ~27 "
     "core-min a seed) would cost ~4 core-h, plus their trained models (see "
     "histogram-learning-curves); with one seed there is no SE, the published SD is drawn",
-    cost=3600,
+    cost=3200,
 )
 def fig_stationarity(out_dir, quick: bool) -> dict:
     from theory.histogram.stationarity import init_to_frozen

@@ -80,6 +80,12 @@ class HistogramTrainResult(Result):
         return d
 
 
+def evaluated(epoch: int, every: int, first: int = 0) -> bool:
+    """Whether training evaluates after epoch ``epoch`` (counted from 1): each of the first
+    ``first`` epochs, and every ``every``-th (0: none of those)."""
+    return epoch <= first or (every > 0 and epoch % every == 0)
+
+
 def _epoch_rng(seed: int, epoch: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), 1, int(epoch)]))
 
@@ -143,6 +149,7 @@ def train(
     callback=None,
     threads: int | None = 1,
     evaluate_every: int = 1,
+    evaluate_first: int = 0,
 ) -> HistogramTrainResult:
     """Train the one-layer model on ``data`` for ``epochs`` epochs (total, counting resumed ones).
 
@@ -158,11 +165,12 @@ def train(
     every ``evaluate_every``-th epoch (1: every epoch, the learning curves; 0: never, only the
     final numbers), NaN in ``history`` for the others.  The evaluation is ~1/3 of an epoch's
     time (BENCHMARKS.md) and does not change the training.
+    evaluate_first: also evaluate after each of the first ``evaluate_first`` epochs (the fast
+    early part of the learning curve; :func:`evaluated` is the rule).
     """
-    if not isinstance(evaluate_every, (int, np.integer)) or evaluate_every < 0:
-        raise ValueError(
-            f"evaluate_every must be an integer >= 0 (0: only at the end), got {evaluate_every!r}"
-        )
+    for name, v in (("evaluate_every", evaluate_every), ("evaluate_first", evaluate_first)):
+        if not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0 (0: only at the end), got {v!r}")
     with blas_threads(threads):
         return _train(
             data,
@@ -178,6 +186,7 @@ def train(
             progress=progress,
             callback=callback,
             evaluate_every=int(evaluate_every),
+            evaluate_first=int(evaluate_first),
         )
 
 
@@ -196,6 +205,7 @@ def _train(
     progress,
     callback,
     evaluate_every=1,
+    evaluate_first=0,
 ):
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -267,7 +277,7 @@ def _train(
                 opt.step(theta, g)
             if not np.all(np.isfinite(theta)):
                 break
-            if evaluate_every and (epoch + 1) % evaluate_every == 0:
+            if evaluated(epoch + 1, evaluate_every, evaluate_first):
                 tr = evaluate(theta, xs, ys, variant)
                 va = evaluate(theta, data.x_val, data.y_val, variant)
             else:
