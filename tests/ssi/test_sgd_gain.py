@@ -198,3 +198,22 @@ def test_theory_sie_and_theory_sgd_gain_agree(capsys):
     # the package's number is the linearised ODE minimised over the step size, not L^2
     assert sie["gain_optimal"] == pytest.approx(row["gain_optimal_closed"], rel=1e-9)
     assert sie["gain_optimal"] == pytest.approx(3.0) and sie["gain_optimal_published"] == 9.0
+
+
+def test_the_equal_and_optimal_curves_share_one_ode_optimisation(monkeypatch):
+    """gain_curve at equal and at optimal step sizes needs the same ODE optima: they are
+    computed once per setting (G._ode_gains_memo), and equal a direct ode_gains call."""
+    G._ode_gains_memo.cache_clear()
+    calls = []
+    real = G.ode_gains
+    monkeypatch.setattr(G, "ode_gains", lambda *a, **k: calls.append(a) or real(*a, **k))
+    kw = dict(d=300, lr=0.01, eta=0.5, activation="relu")
+    eq = G.gain_curve("sum_he2", [1], step_rule="equal", **kw)
+    opt = G.gain_curve("sum_he2", [1], step_rule="optimal", **kw)
+    assert len(calls) == 1
+    direct = real(G.family_target("sum_he2", 1), 1, 300, 0.5, 0.01, "relu", start="typical")
+    for row in (eq.rows[0], opt.rows[0]):
+        assert row["gain_optimal_ode"] == direct.gain_optimal_ode
+        assert row["lr_opt_untied_ode"] == direct.lr_opt_untied_ode
+    assert eq.rows[0]["gain_predicted_ode"] == direct.gain_equal_ode
+    assert opt.rows[0]["gain_predicted_ode"] == direct.gain_optimal_ode

@@ -28,6 +28,7 @@ below both optima, where the gain is L (gamma_tied / gamma_untied) = L^(3/2) for
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -468,6 +469,14 @@ def ode_gains(
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _ode_gains_memo(expr, L, d, eta, lr, activation, start, m0) -> ODEGains:
+    """:func:`ode_gains`, once per process for each setting: the equal- and the optimal-step
+    curves of one figure (two :func:`gain_curve` calls) need the same ODE optima, ~25 ODE
+    integrations per network and L."""
+    return ode_gains(expr, L, d, eta, lr, activation, start=start, m0=m0)
+
+
 def _ode_starts(start: str, d: float, L: int, m0: float | None) -> tuple[float, float]:
     """Per-row ODE starts (tied, untied) for ``start`` "fixed" (m0, default 1/sqrt(d)) or
     "typical" (:func:`typical_start`)."""
@@ -730,7 +739,7 @@ def gain_curve(
                     nu_protocol_untied_ode=pg.nu_protocol_untied_ode,
                 )
         elif ode and cf.sie is not None:
-            og = ode_gains(expr, L, d, eta, lr, activation, start=ode_start, m0=m0)
+            og = _ode_gains_memo(expr, L, d, eta, lr, activation, ode_start, m0)
             row.update(_as_dict(og))
             row["gain_predicted_ode"] = (
                 og.gain_optimal_ode if step_rule == "optimal" else og.gain_equal_ode
