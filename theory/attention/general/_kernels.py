@@ -173,27 +173,43 @@ def obj_hess(x, T, Vinv, s2, H, M, S, Wm, J, Hm, E):
 
 
 @numba.njit(cache=True)
+def workspace(L, r):
+    """The scratch arrays of :func:`newton_ws` (allocated once per node, not per start)."""
+    n = L * r
+    return (
+        np.empty((L, L)),
+        np.empty((L, L)),
+        np.empty((L, L)),
+        np.empty((L, r)),
+        np.empty((L, r)),
+        np.empty((L, r)),
+        np.empty((n, n)),
+        np.empty((n, n)),
+        np.empty(n),
+        np.empty(n),
+        np.empty((L, r)),
+        np.empty((L, L)),
+        np.empty((L, L)),
+        np.empty((L, n)),
+    )
+
+
+@numba.njit(cache=True)
 def newton(x, w, T, Vinv, s2, max_iter, gtol, fd):
     """Minimise the prox objective from ``x`` (modified in place): Newton with the analytic
     Hessian (:func:`obj_hess`; ``fd``: a central-difference Hessian of the analytic gradient,
     the original, ~3x slower route) (Cholesky when positive definite, otherwise
     eigenvalues replaced by max(|λ|, δ)), Armijo backtracking.  Returns (value, max|grad|)."""
     L, r = x.shape
+    return newton_ws(x, w, T, Vinv, s2, max_iter, gtol, fd, workspace(L, r))
+
+
+@numba.njit(cache=True)
+def newton_ws(x, w, T, Vinv, s2, max_iter, gtol, fd, ws):
+    """:func:`newton` with its scratch arrays ``ws`` (:func:`workspace`)."""
+    L, r = x.shape
     n = L * r
-    M = np.empty((L, L))
-    S = np.empty((L, L))
-    W = np.empty((L, L))
-    g = np.empty((L, r))
-    gp = np.empty((L, r))
-    gm = np.empty((L, r))
-    H = np.empty((n, n))
-    Lw = np.empty((n, n))
-    p = np.empty(n)
-    gf = np.empty(n)
-    xt = np.empty((L, r))
-    J = np.empty((L, L))
-    Hm = np.empty((L, L))
-    E = np.empty((L, n))
+    M, S, W, g, gp, gm, H, Lw, p, gf, xt, J, Hm, E = ws
     f = obj_grad(x, w, T, Vinv, s2, g, M, S, W)
     gmax = 0.0
     for _ in range(max_iter):
@@ -325,6 +341,7 @@ DIRECT = (0, 1, 2, 5, 7)
 def prox_one(w, T, hs, Vinv, s2, warm, have_warm, xbest, fd):
     L, r = w.shape
     x = np.empty((L, r))
+    ws = workspace(L, r)
     Vs = np.empty_like(Vinv)
     for a in range(r):
         for b in range(r):
@@ -341,8 +358,8 @@ def prox_one(w, T, hs, Vinv, s2, warm, have_warm, xbest, fd):
             start(N_STARTS_FIXED + k - nd, w, hs, warm, have_warm, x)
         else:
             start(1 if k == nd + L else 5, w, hs, warm, have_warm, x)
-            newton(x, w, T, Vs, s2, 50, 1e-10, fd)
-        f, gmax = newton(x, w, T, Vinv, s2, 100, 1e-10, fd)
+            newton_ws(x, w, T, Vs, s2, 50, 1e-10, fd, ws)
+        f, gmax = newton_ws(x, w, T, Vinv, s2, 100, 1e-10, fd, ws)
         if f < fbest - 1e-13 * (1.0 + abs(f)):
             fbest = f
             okbest = gmax < 1e-6
