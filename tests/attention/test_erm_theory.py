@@ -215,6 +215,20 @@ def test_four_fold_eta_symmetry_gives_the_unsymmetrised_sums(point):
         assert a[k] == pytest.approx(b[k], rel=1e-7, abs=1e-12), k
 
 
+@pytest.mark.parametrize("point", [(0.1148, 0.0, 0.1582, 12.67), (0.05, 0.0, 0.0, 20.0)])
+def test_eta_symmetry_without_swap_symmetry_gives_the_unsymmetrised_sums(point):
+    # A_11 != A_22 (the other-A phase diagram): η → -η (with ξ → -ξ at m = 0: T is even in h*,
+    # the loss in x) still halves the η nodes of the semantic and trivial points
+    q, m, th, V = point
+    p = P.replace(A=((0.3, 0.7), (0.8, 0.2)), omega=0.14)
+    assert not p.swap_symmetric
+    rule = A.make_rule("split", 8, n_r=10, n_phi=16, n_arc=4)
+    a = state_equations.channel(q, m, th, V, p, rule, symmetry=True)
+    b = state_equations.channel(q, m, th, V, p, rule, symmetry=False)
+    for k in ("g2", "sg", "geta", "gxi", "M", "eps_g"):
+        assert a[k] == pytest.approx(b[k], rel=1e-7, abs=1e-12), k
+
+
 def test_trapezoid_eta_rule_is_symmetric_and_integrates_gaussian_moments():
     import numpy as np
 

@@ -352,7 +352,8 @@ def _split_sums(rule: Rule, q, m, theta, V, p: ERMParams, jac: bool, symmetry: b
     A = p.A_array
     sym = 0
     if symmetry:
-        sym = (1 if theta == 0.0 else 0) + (2 if (m == 0.0 and p.swap_symmetric) else 0)
+        # η → -η (with ξ → -ξ when m = 0) holds for any A: T is even in h*, the loss in x
+        sym = (1 if theta == 0.0 else 0) + (2 if m == 0.0 else 0)
         if sym and p.swap_symmetric:
             sym += 4
     return _Q.split_sums(
