@@ -65,3 +65,21 @@ def test_prox_with_the_analytic_hessian_finds_the_same_minimisers():
         assert oka.all() and okb.all()
         assert np.abs(va - vb).max() < 1e-12
         assert np.abs(xa - xb).max() < 1e-7
+
+
+@pytest.mark.parametrize("r,branch", [(1, "semantic"), (2, "positional")])
+def test_fixed_point_on_the_fast_kernel_is_the_central_difference_one(monkeypatch, r, branch):
+    from theory.attention.general import state_equations as gs
+
+    p = pg.GeneralParams(L=2, r=r, r_t=1, omega=0.3)
+    kw = dict(n=2**8, n_rep=2, tol=1e-6, error=False)
+    fast = pg.fixed_point(2.0, p, branch, **kw)
+    monkeypatch.setattr(gs, "_K", type("K", (), {"prox_batch": staticmethod(K.prox_batch_fd)}))
+    plain = pg.fixed_point(2.0, p, branch, **kw)
+    assert fast.status == plain.status == "converged" and fast.branch == plain.branch == branch
+    # both converged to 1e-6 on maps equal to ~1e-12: the same fixed point
+    for f in ("eps_g", "eps_t"):
+        assert getattr(fast, f) == pytest.approx(getattr(plain, f), rel=1e-5)
+    a, b = fast.invariants(), plain.invariants()
+    for k in ("q_eig", "theta_sv", "mm_eig"):
+        assert np.allclose(a[k], b[k], rtol=1e-4, atol=1e-9), k
