@@ -452,7 +452,7 @@ def _gain_setup(quick):
     "Fig. 3",
     "tied vs untied gain vs L at equal and at optimal step sizes: published formula, ODE and SGD",
     ["sgd-gain.png"],
-    cost=1400,
+    cost=1130,
 )
 def fig_gain(out_dir, quick):
     """Tied vs untied gain vs L at equal and optimal step sizes: the published formula, this
