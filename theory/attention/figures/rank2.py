@@ -283,7 +283,7 @@ def _cell_means(rows, alphas, omegas) -> np.ndarray:
     ["erm-rank2.png"],
     cut="the (alpha, omega) map: one seed per cell (625 L-BFGS runs at d = 1000, ~35 CPU-min); "
     "10 seeds, the count of the published alpha line, would be ~6 CPU-h",
-    cost=5900,
+    cost=4630,
 )
 def fig_rank2(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -306,8 +306,8 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         a_scan, d_scan = 2.0, {50: 2, 100: 2, 200: 2}
     else:  # the published alphas and 10 seeds (70 runs, ~4 CPU-min), the published map grid at
         # d = 1000 with ONE seed (625 runs, ~35 CPU-min; 10 seeds would be ~6 CPU-h), the GD
-        # protocol at 2 alphas (~4 CPU-min each), the r = 2 fixed points (7 solves, a few CPU-min
-        # each): ~1.2 CPU-h, run in one process
+        # protocol at 2 alphas (~4 CPU-min each), the r = 2 fixed points (7 solves, 1600 CPU-s
+        # in all at 2026-12-06): ~1.3 CPU-h, run in one process
         d, seeds, d_map, seeds_map = 1000, list(range(10)), 1000, [0]
         alphas_map, omegas_map = list(np.linspace(a0, a1, na)), list(pub.HEATMAP_OMEGAS)
         alphas_r2, nodes = [0.5, 1.0, 2.0, 3.0, 4.0], dict(n=2**11, n_rep=4)

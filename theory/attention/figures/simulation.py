@@ -602,7 +602,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     "the (alpha, omega) heat maps for A = [[0.3, 0.7], [0.8, 0.2]] at d = 1000 on the published "
     "grid, theory lines at a few omega (full mode only: the asymmetric-A theory is slow)",
     ["erm-phase-diagram-otherA.png"],
-    cost=2950,
+    cost=2320,
 )
 def fig_phase_diagram_other_a(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
