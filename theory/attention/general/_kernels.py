@@ -1,7 +1,7 @@
 """Numba kernels of the general attention model (any L, r, r_t; docs/attention.md §10): the
 per-sample loss ℓ(x; T) = (σ²/2)||softmax_row(x xᵀ) - T||_F² of fields x (L, r) with its
 gradient, and the global prox of Σ_ℓ (x_ℓ - w_ℓ)ᵀV⁻¹(x_ℓ - w_ℓ)/2 + ℓ(x) by multi-start Newton
-(numerical Hessian of the analytic gradient, eigenvalue-modified, backtracking).  Numpy
+(analytic Hessian, eigenvalue-modified, backtracking).  Numpy
 references: ``theory.attention.general.channel.loss_grad_reference`` and
 ``theory.attention.general.proximal.prox_reference``.
 """
@@ -15,8 +15,8 @@ import numpy as np
 
 
 @numba.njit(cache=True)
-def loss_grad_one(x, T, s2, grad, M, S, W):
-    """ℓ(x) = (σ²/2)||softmax_row(x xᵀ) - T||² and its gradient (into ``grad``), x (L, r)."""
+def gram_softmax(x, M, S):
+    """M = x xᵀ and S its row softmax (into ``M``, ``S``), x (L, r)."""
     L, r = x.shape
     for i in range(L):
         for k in range(L):
@@ -24,7 +24,6 @@ def loss_grad_one(x, T, s2, grad, M, S, W):
             for a in range(r):
                 s += x[i, a] * x[k, a]
             M[i, k] = s
-    val = 0.0
     for i in range(L):
         mx = M[i, 0]
         for k in range(1, L):
@@ -35,9 +34,19 @@ def loss_grad_one(x, T, s2, grad, M, S, W):
             e = math.exp(M[i, k] - mx)
             S[i, k] = e
             z += e
-        dot = 0.0
         for k in range(L):
             S[i, k] /= z
+
+
+@numba.njit(cache=True)
+def loss_grad_one(x, T, s2, grad, M, S, W):
+    """ℓ(x) = (σ²/2)||softmax_row(x xᵀ) - T||² and its gradient (into ``grad``), x (L, r)."""
+    L, r = x.shape
+    gram_softmax(x, M, S)
+    val = 0.0
+    for i in range(L):
+        dot = 0.0
+        for k in range(L):
             dk = S[i, k] - T[i, k]
             val += 0.5 * s2 * dk * dk
             dot += s2 * dk * S[i, k]
@@ -107,28 +116,13 @@ def obj_hess(x, T, Vinv, s2, H, M, S, Wm, J, Hm, E):
     + δ_ab (W_jj' + W_j'j) + δ_jj' V⁻¹_ab."""
     L, r = x.shape
     n = L * r
-    for i in range(L):
-        for k in range(L):
-            s = 0.0
-            for a in range(r):
-                s += x[i, a] * x[k, a]
-            M[i, k] = s
+    gram_softmax(x, M, S)
     for i in range(n):
         for j in range(n):
             H[i, j] = 0.0
     for i in range(L):
-        mx = M[i, 0]
-        for k in range(1, L):
-            if M[i, k] > mx:
-                mx = M[i, k]
-        z = 0.0
-        for k in range(L):
-            e = math.exp(M[i, k] - mx)
-            S[i, k] = e
-            z += e
         c = 0.0
         for k in range(L):
-            S[i, k] /= z
             c += (S[i, k] - T[i, k]) * S[i, k]
         for k in range(L):
             Wm[i, k] = s2 * S[i, k] * (S[i, k] - T[i, k] - c)
