@@ -36,9 +36,10 @@ QUICK = dict(n_sequences=10_000, epochs=20, seeds=(0, 1), evaluate_every=1, eval
 # (BENCHMARKS.md "Histogram task"), so the other 8 seeds per variant would cost 16 runs
 # = ~3.5 core-hours.  Trained models are kept as figures/full/histogram-model-<variant>-seed<s>.npz,
 # so adding a seed here trains only it.
-# The learning curves evaluate (train + validation sets, ~1/4 of an epoch's CPU) after each of
-# the first 20 epochs and every 5th after that: 56 of 200 points, 0.75 of the evaluation's cost
-# saved (~190 CPU-s a model), the early rise resolved epoch by epoch on the log epoch axis.
+# The learning curves evaluate (train + validation sets, 1.23 CPU-s against 3.57 for a training
+# epoch) after each of the first 20 epochs and every 5th after that: 56 of 200 points, 144
+# evaluations (~177 CPU-s) saved a model, the early rise resolved epoch by epoch on the log epoch
+# axis.
 FULL = dict(n_sequences=50_000, epochs=200, seeds=(0, 1), evaluate_every=5, evaluate_first=20)
 FULL_PUBLISHED_SEEDS = 10
 # the stationarity piece: quick = the quick models, retrained on a subset for a few epochs (same
