@@ -710,3 +710,24 @@ def test_the_committed_full_folder_records_every_piece():
         n for n, p in rp.discover().items() if rp._load_earlier(cache, full, p, quick=False) is None
     ]
     assert missing == []
+
+
+def test_a_piece_runs_one_blas_thread_and_the_caller_keeps_its_own():
+    # in this process (workers = 1), where the caller's OpenBLAS may run one thread per core:
+    # the piece sees one thread, and the caller's count is restored after it
+    from theory._util import _openblas_handles, blas_threads
+
+    handles = _openblas_handles()
+    if not handles:
+        pytest.skip("no OpenBLAS found to query")
+    seen = []
+
+    def piece(out_dir, quick):
+        seen.append([int(get()) for get, _ in handles])
+        return dict(files=[], numbers=[])
+
+    with blas_threads(2):  # the caller's count, whatever this machine's default
+        rp._run_piece(piece, ".", True)
+        after = [int(get()) for get, _ in handles]
+    assert seen == [[1] * len(handles)]
+    assert after == [2] * len(handles)

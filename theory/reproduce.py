@@ -45,6 +45,7 @@ from pathlib import Path
 from theory import __version__
 from theory._util import (
     atomic_write_text,
+    blas_threads,
     interrupt_flag,
     local_pool,
     stop_pool,
@@ -403,12 +404,19 @@ def _normalise_result(out: Path, result) -> dict:
 
 
 def _run_piece(fn: Callable, out: str, quick: bool) -> tuple[dict, float]:
-    """Run one piece (in this process or a worker); returns (raw result, seconds)."""
+    """Run one piece (in this process or a worker); returns (raw result, seconds).
+
+    OpenBLAS runs one thread inside a piece, whatever the number of workers (numba's parallel
+    kernels keep theirs).  The pieces' linear algebra is matrix-vector work at d <= 3000, which a
+    second BLAS thread slows: a rank-2 L-BFGS run at d = 1000 takes 1.16 s of wall and CPU at one
+    thread, 1.57 s of wall and 3.1 s of CPU at two (BENCHMARKS.md, part E).  It also makes a
+    piece's simulations the same to the last bit under ``--workers 1`` and ``--workers 2``."""
     from theory.plotting import use_agg
 
     use_agg()
     t0 = time.perf_counter()
-    res = fn(Path(out), quick)
+    with blas_threads(1):
+        res = fn(Path(out), quick)
     dt = time.perf_counter() - t0
     import matplotlib.pyplot as plt
 
