@@ -60,9 +60,10 @@ THEORY_STORE2 = "erm-rank2-theory.jsonl"
 SECTORS = ("semantic", "positional", "mixed")
 #: the rotation invariants reported per alpha (:func:`invariants`)
 INVARIANTS = ("m_norm", "theta_over_sigma2", "q_min", "q_max")
-#: measured CPU s of one L-BFGS run at d = 1000, omega = 0.3 (median over alpha = 1 ... 4,
-#: 3-5 s; 0.5 s at alpha = 0.01), used when a call runs nothing at d = 1000
-RUN_CPU_S = 3.5
+#: measured CPU s of one L-BFGS run at d = 1000 at one BLAS thread (median over the 693 runs
+#: of a full run from nothing, 2026-12-06; 1.2-1.6 s at alpha = 1 ... 4), used when a call runs
+#: nothing at d = 1000
+RUN_CPU_S = 1.0
 
 
 def published_rank2() -> tuple[tuple[float, float], ...]:
@@ -281,9 +282,9 @@ def _cell_means(rows, alphas, omegas) -> np.ndarray:
     "against the authors' 10 GD runs, the rank-1 theory branches and the r = 2 state "
     "equations' fixed points; the (alpha, omega) map of eps_g^lin - eps_g at d = 1000",
     ["erm-rank2.png"],
-    cut="the (alpha, omega) map: one seed per cell (625 L-BFGS runs at d = 1000, ~35 CPU-min); "
-    "10 seeds, the count of the published alpha line, would be ~6 CPU-h",
-    cost=4630,
+    cut="the (alpha, omega) map: one seed per cell (625 L-BFGS runs at d = 1000, ~11 CPU-min); "
+    "10 seeds, the count of the published alpha line, would be ~1.8 CPU-h",
+    cost=2430,
 )
 def fig_rank2(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -304,10 +305,11 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         alphas_th, omegas_th = [np.linspace(0.25, 2.0, 8)], [0.1, 0.3]
         gd_points = [(2.0, 100, 0)]
         a_scan, d_scan = 2.0, {50: 2, 100: 2, 200: 2}
-    else:  # the published alphas and 10 seeds (70 runs, ~4 CPU-min), the published map grid at
-        # d = 1000 with ONE seed (625 runs, ~35 CPU-min; 10 seeds would be ~6 CPU-h), the GD
-        # protocol at 2 alphas (~4 CPU-min each), the r = 2 fixed points (7 solves, 1600 CPU-s
-        # in all at 2026-12-06): ~1.3 CPU-h, run in one process
+    else:  # the published alphas and 10 seeds (70 runs), the published map grid at d = 1000
+        # with ONE seed (625 runs; 693 L-BFGS runs at d = 1000 took 662 CPU-s in all, so 10
+        # seeds would be ~1.8 CPU-h), the GD protocol at 2 alphas (~90 CPU-s each), the r = 2
+        # fixed points (7 solves, 1415 CPU-s in all): ~0.7 CPU-h with the rank-1 curves, run in
+        # one process (a run from nothing of 2026-12-06, one BLAS thread: BENCHMARKS.md part E)
         d, seeds, d_map, seeds_map = 1000, list(range(10)), 1000, [0]
         alphas_map, omegas_map = list(np.linspace(a0, a1, na)), list(pub.HEATMAP_OMEGAS)
         alphas_r2, nodes = [0.5, 1.0, 2.0, 3.0, 4.0], dict(n=2**11, n_rep=4)
@@ -315,7 +317,7 @@ def fig_rank2(out_dir: Path, quick: bool) -> dict:
         alphas_th = [np.linspace(0.05, 2.0, 40), np.linspace(2.1, 4.0, 20)]
         omegas_th = list(PHASE_OMEGAS)  # the heat maps' lines (one store row)
         gd_points = [(2.0, 1000, 0), (4.0, 1000, 0)]
-        # the finite-size scan against the r = 2 mixed fixed point at alpha = 4 (~3 CPU-min)
+        # the finite-size scan against the r = 2 mixed fixed point at alpha = 4 (~1 CPU-min)
         a_scan, d_scan = 4.0, {250: 8, 500: 8, 1000: 10, 2000: 4}
     sim_store = Store(out_dir / SIM_STORE2)
     th_store, th2_store = Store(out_dir / THEORY_STORE), Store(out_dir / THEORY_STORE2)

@@ -327,9 +327,7 @@ def gd_check(alpha, omega, d, seed, *, params: ERMParams = PARAMS, store=None) -
     "Delta eps_t, overlaps and eps_g vs alpha at omega = 0.3 on the published alpha range "
     "(0.01 to 2, d = 1000): replica theory over the minimisers of gradient descent",
     ["erm-omega03.png"],
-    cut="8 seeds, where the authors average 24 GD runs: the other 16 seeds are 800 more L-BFGS "
-    "runs at d = 1000, ~18 CPU-min (1.3 CPU-s a run)",
-    cost=690,
+    cost=780,
 )
 def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     from theory.attention.figures import published as pub
@@ -344,8 +342,9 @@ def fig_omega03(out_dir: Path, quick: bool, *, omega=0.3) -> dict:
     if quick:
         d, seeds, alphas_sim = 200, [0, 1], list(np.linspace(a0, a1, 9))
         alphas_th = np.linspace(0.25, 2.0, 8)
-    else:  # the published alphas and d; 8 seeds (400 L-BFGS runs at d = 1000)
-        d, seeds, alphas_sim = 1000, list(range(8)), list(np.linspace(a0, a1, na))
+    else:  # the published alphas, d and run count: 24 seeds (1200 L-BFGS runs at d = 1000,
+        # ~0.35 CPU-s each at one BLAS thread), as the authors average 24 GD runs
+        d, seeds, alphas_sim = 1000, list(range(24)), list(np.linspace(a0, a1, na))
         alphas_th = np.linspace(0.05, 2.0, 40)
     params = PARAMS.replace(omega=omega)
     sim_store, th_store = Store(out_dir / SIM_STORE), Store(out_dir / THEORY_STORE)
@@ -580,7 +579,7 @@ def theory_phase_rows(omegas, params: ERMParams = PARAMS, *, rule=None, store: S
     "(alpha, omega) heat maps at d = 1000 on the published grid: Delta eps_t (GD minimisers) "
     "with alpha_c(omega), and eps_g^lin - eps_g with alpha_l(omega)",
     ["erm-phase-diagram.png"],
-    cost=600,
+    cost=220,
 )
 def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -602,7 +601,7 @@ def fig_phase_diagram(out_dir: Path, quick: bool) -> dict:
     "the (alpha, omega) heat maps for A = [[0.3, 0.7], [0.8, 0.2]] at d = 1000 on the published "
     "grid, theory lines at a few omega (full mode only: the asymmetric-A theory is slow)",
     ["erm-phase-diagram-otherA.png"],
-    cost=2320,
+    cost=1740,
 )
 def fig_phase_diagram_other_a(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -631,7 +630,7 @@ def _phase_heatmaps(out_dir, quick, params, stem, omegas_th, published) -> dict:
         d, seeds = 100, [0]
         alphas = list(np.linspace(a0, a1, 9))
         omegas = [0.1, 0.2, 0.3, 0.4, 0.5]
-    else:  # the published grid and d; one seed (1250 L-BFGS runs at d = 1000, ~1 h)
+    else:  # the published grid and d; one seed (1250 L-BFGS runs at d = 1000, ~4 CPU-min)
         d, seeds = 1000, [0]
         alphas, omegas = list(np.linspace(a0, a1, na)), list(pub.HEATMAP_OMEGAS)
     grid = simulated_grid(alphas, omegas, d, seeds, params=params, store_path=out_dir / SIM_STORE)
@@ -765,8 +764,8 @@ def _draw_global(ax, th, color, label, scale=1.0, lw=1.6):
     "{0.3, 0.5, 0.7}, lambda in {0.1, 0.01, 0.001}: replica theory over GD minimisers",
     ["erm-slices.png"],
     cut="1 seed (no published count): the second seed's 450 L-BFGS runs at d = 1000 cost "
-    "~1000 CPU-s; with one seed the bars are the test-set error, not the spread over seeds",
-    cost=1800,
+    "~160 CPU-s; with one seed the bars are the test-set error, not the spread over seeds",
+    cost=1450,
 )
 def fig_slices(out_dir: Path, quick: bool) -> dict:
     from theory.attention.figures import published as pub
@@ -783,7 +782,7 @@ def fig_slices(out_dir: Path, quick: bool) -> dict:
         alphas_th = [0.5, 1.25, 2.0]
     else:  # the published alphas and d; 1 seed (450 L-BFGS runs at d = 1000): the cut
         d, seeds, alphas_sim = 1000, [0], list(np.linspace(a0, a1, na))
-        alphas_th = list(np.linspace(0.2, 2.0, 10))  # 9 curves: ~3 min each unloaded
+        alphas_th = list(np.linspace(0.2, 2.0, 10))  # 9 curves: ~2.5 CPU-min each
     sim_store, th_store = Store(out_dir / SIM_STORE), Store(out_dir / THEORY_STORE)
     # one seed: the bar is the run's test-set error (n_test samples), not a spread over seeds
     bars = "SE over seeds" if len(seeds) > 1 else "test-set error of the one run"

@@ -113,7 +113,7 @@ def plot_phase_diagram(rows, p, path):
     "Fig. 3 (theory lines)",
     "alpha_c(omega) and alpha_l(omega) from the replica fixed points, with eps_g^lin",
     ["erm-phase-diagram-theory.png", "erm-phase-diagram-theory.csv"],
-    cost=1240,
+    cost=790,
 )
 def _fig_phase(out_dir: Path, quick: bool):
     from theory import attention as A
